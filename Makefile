@@ -1,0 +1,126 @@
+# gemc: the .gem compiler and runtime.
+#   make            build build/gemc
+#   make test       install missing packages (as root), build, run every CPU test
+#   make demo       the main job: check every model and show the IR of gem_tiny
+#   make fuzz       libFuzzer over the whole front end (FUZZ_SECONDS, default 60)
+#   make bench-frontend   time check+IR of a generated 10,000-layer model
+# Generated files all go under build/.
+
+CC      ?= cc
+BUILD   ?= build
+BISON   ?= bison
+FLEX    ?= flex
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wvla -Wformat=2 -Wundef -Wpointer-arith -Wcast-qual
+CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
+OPT     ?= -O2 -g
+CPPFLAGS_GEMC := -Icompiler -I$(BUILD)/grammar
+CFLAGS_GEMC   := $(CSTD) $(OPT) $(WARN) $(CPPFLAGS_GEMC) $(EXTRA_CFLAGS)
+# The scanner and parser that flex and bison write are not ours to lint.
+CFLAGS_GEN    := $(CSTD) $(OPT) -Wall -Werror -Wno-unused-function -Wno-unused-but-set-variable \
+                 $(CPPFLAGS_GEMC) -Igrammar $(EXTRA_CFLAGS)
+LDLIBS_GEMC   := -lm $(EXTRA_LDFLAGS)
+
+LIB_SRCS  := $(filter-out compiler/main.c,$(wildcard compiler/*.c)) $(wildcard grammar/*.c)
+LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) \
+             $(BUILD)/obj/grammar/parser.tab.o $(BUILD)/obj/grammar/scanner.o
+HEADERS   := $(wildcard compiler/*.h compiler/*.def grammar/*.h) $(BUILD)/grammar/parser.tab.h
+
+UNIT_SRCS := $(wildcard tests/unit/test_*.c)
+UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
+
+.PHONY: all test test-unit test-golden test-models deps demo fuzz bench-frontend clean
+.DELETE_ON_ERROR:
+
+all: $(BUILD)/gemc
+
+# --- dependencies -----------------------------------------------------------------------
+# Installs flex, bison and cmocka when they are missing and we are root; otherwise prints
+# the exact command to run.
+deps:
+	@missing=""; \
+	command -v $(FLEX) >/dev/null 2>&1 || missing="$$missing flex"; \
+	command -v $(BISON) >/dev/null 2>&1 || missing="$$missing bison"; \
+	[ -f /usr/include/cmocka.h ] || missing="$$missing libcmocka-dev"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "gemc: installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	  else \
+	    echo "gemc: missing$$missing; run: sudo apt-get update && sudo apt-get install -y$$missing" >&2; exit 1; \
+	  fi; \
+	fi
+
+# --- the compiler -----------------------------------------------------------------------
+$(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/parser.tab.h: grammar/parser.y
+	@mkdir -p $(BUILD)/grammar
+	$(BISON) -Wall -Werror --defines=$(BUILD)/grammar/parser.tab.h -o $(BUILD)/grammar/parser.tab.c $<
+
+$(BUILD)/grammar/scanner.c $(BUILD)/grammar/scanner.h: grammar/scanner.l
+	@mkdir -p $(BUILD)/grammar
+	$(FLEX) --header-file=$(BUILD)/grammar/scanner.h -o $(BUILD)/grammar/scanner.c $<
+
+$(BUILD)/obj/grammar/parser.tab.o: $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEN) -c -o $@ $<
+
+$(BUILD)/obj/grammar/scanner.o: $(BUILD)/grammar/scanner.c $(BUILD)/grammar/parser.tab.h $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEN) -c -o $@ $<
+
+$(BUILD)/obj/%.o: %.c $(HEADERS) $(BUILD)/grammar/scanner.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEMC) -c -o $@ $<
+
+$(BUILD)/libgemc.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/gemc: $(BUILD)/obj/compiler/main.o $(BUILD)/libgemc.a
+	$(CC) $(CFLAGS_GEMC) -o $@ $^ $(LDLIBS_GEMC)
+
+# --- tests ------------------------------------------------------------------------------
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libgemc.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEMC) -Wno-missing-prototypes -o $@ $< $(BUILD)/libgemc.a -lcmocka $(LDLIBS_GEMC)
+
+test-unit: $(UNIT_BINS)
+	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+
+test-golden: $(BUILD)/gemc
+	@tests/golden/run.sh $(BUILD)/gemc
+
+test-models: $(BUILD)/gemc
+	@set -e; for m in models/*.gem; do $(BUILD)/gemc check $$m; echo "ok $$m"; done
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory test-unit test-golden test-models
+
+demo: deps
+	@$(MAKE) --no-print-directory all
+	@for m in models/*.gem; do $(BUILD)/gemc check $$m && echo "checked $$m"; done
+	$(BUILD)/gemc ir models/gem_tiny.gem
+
+# --- fuzzing and speed ------------------------------------------------------------------
+FUZZ_SECONDS ?= 60
+FUZZ_CC      ?= clang
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+fuzz: deps $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.c
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_CC) $(CSTD) $(FUZZ_FLAGS) $(CPPFLAGS_GEMC) -Igrammar -DGEMC_FUZZING \
+	  -o $(BUILD)/fuzz/fuzz_frontend tests/fuzz/fuzz_frontend.c \
+	  $(LIB_SRCS) $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.c -lm
+	cp tests/golden/*.gem models/*.gem $(BUILD)/fuzz/corpus/
+	$(BUILD)/fuzz/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
+	  -rss_limit_mb=2048 -print_final_stats=1 $(BUILD)/fuzz/corpus
+
+bench-frontend: $(BUILD)/gemc
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(CFLAGS_GEMC) -o $(BUILD)/bench/gen_big_model tests/bench/gen_big_model.c
+	$(BUILD)/bench/gen_big_model 10000 > $(BUILD)/bench/big.gem
+	tests/bench/bench_frontend.sh $(BUILD)/gemc $(BUILD)/bench/big.gem
+
+clean:
+	rm -rf $(BUILD)

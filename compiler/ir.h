@@ -1,0 +1,181 @@
+// ir.h: the graph IR. A model is a list of tensors and a list of nodes in topological order.
+// Every tensor carries its layout, symbolic shape and dtype; every node its op, source
+// location, activation, mask and precision. One IR is printed as stable text, read back, and
+// verified after every pass.
+// defines: Ir, Tensor, Node, JaggedDim, DType, Layout, Act, Mask, AttnShape, Schedule, Optim
+#ifndef GEMC_IR_H
+#define GEMC_IR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "arena.h"
+#include "diag.h"
+
+typedef enum OpKind {
+#define OP(name, text, has_matmul, doc) OP_##name,
+#include "ops.def"
+#undef OP
+  OP_COUNT
+} OpKind;
+
+const char *op_name(OpKind op);
+bool op_has_matmul(OpKind op);
+
+// Element types. The first five are op precisions as well; I64 holds ids.
+#define DTYPES(X)      \
+  X(F32, "fp32")       \
+  X(BF16, "bf16")      \
+  X(FP16, "fp16")      \
+  X(FP8, "fp8")        \
+  X(MXFP8, "mxfp8")    \
+  X(F64, "fp64")       \
+  X(I64, "i64")
+typedef enum DType {
+#define X(name, text) DT_##name,
+  DTYPES(X)
+#undef X
+  DT_COUNT
+} DType;
+const char *dtype_name(DType t);
+bool dtype_from_name(const char *s, DType *out);  // "fp32" (or "f32"), "bf16", ...
+
+#define ACTS(X)                   \
+  X(NONE, "none")                 \
+  X(SOFTMAX, "softmax")           \
+  X(SILU, "silu")                 \
+  X(GELU, "gelu")                 \
+  X(GELU_TAYLOR, "gelu_taylor")   \
+  X(RELU, "relu")                 \
+  X(SIGMOID, "sigmoid")
+typedef enum Act {
+#define X(name, text) ACT_##name,
+  ACTS(X)
+#undef X
+  ACT_COUNT
+} Act;
+const char *act_name(Act a);
+bool act_from_name(const char *s, Act *out);
+
+typedef enum Mask { MASK_NONE, MASK_CAUSAL } Mask;
+const char *mask_name(Mask m);
+
+// The four attention shapes of the GEM paper.
+typedef enum AttnShape { ATTN_SELF, ATTN_CROSS, ATTN_PMA, ATTN_PFFN } AttnShape;
+const char *attn_shape_name(AttnShape s);
+
+typedef enum Pool { POOL_SUM, POOL_MEAN } Pool;
+
+// Where the batch-major data of a tensor lives:
+//   DENSE  [B, w]        (w == 0: [B], one value per example, e.g. ids or labels)
+//   SET    [B, k, w]
+//   JAGGED [B, *j, w]    values [T_j, w] plus offsets [B+1] (w == 0: ids [T_j])
+//   FIXED  [d0] or [d0, d1], no batch dim: parameters and tables
+//   SCALAR []            a loss
+typedef enum Layout { LAYOUT_DENSE, LAYOUT_SET, LAYOUT_JAGGED, LAYOUT_FIXED, LAYOUT_SCALAR } Layout;
+const char *layout_name(Layout l);
+
+// A jagged dim: the lengths of one sequence input, shared by every tensor aligned with it.
+// Printed as *name; its total is T_name and its max length L_name.
+typedef struct JaggedDim {
+  const char *name;  // the sequence input that owns the offsets
+  int64_t max_len;   // L_name
+  Loc loc;
+} JaggedDim;
+
+typedef enum OptimKind { OPTIM_NONE, OPTIM_ADAMW, OPTIM_SGD, OPTIM_ROWWISE_ADAGRAD } OptimKind;
+typedef struct Optim {
+  OptimKind kind;
+  double lr, beta1, beta2, eps, weight_decay;
+} Optim;
+const char *optim_name(OptimKind k);
+
+typedef enum TensorKind {
+  TENSOR_INPUT,  // a model input, fed by the data loader
+  TENSOR_LABEL,  // a label input
+  TENSOR_PARAM,  // a learned parameter: a weight, a gain, PMA seeds
+  TENSOR_TABLE,  // an embedding table (a parameter with sparse updates)
+  TENSOR_VALUE,  // produced by a node
+} TensorKind;
+
+typedef struct Tensor {
+  const char *name;  // without sigil; printed %name (inputs, values) or @name (params, tables)
+  TensorKind kind;
+  Layout layout;
+  int jag;           // JAGGED: index into Ir.jagged; -1 otherwise
+  int64_t set_k;     // SET: k
+  int64_t width;     // DENSE, SET, JAGGED: feature width (0: none)
+  int64_t fixed[2];  // FIXED: dims
+  int nfixed;        // FIXED: 1 or 2
+  DType dtype;
+  int producer;      // VALUE: index of the node that writes it; -1 otherwise
+  Optim optim;       // PARAM and TABLE
+  Loc loc;
+} Tensor;
+
+// Optional schedule hints; 0 means "compiler's choice".
+typedef struct Schedule {
+  int tile_q, tile_kv, tile_m, tile_n, tile_k, stages;
+  int zigzag;        // 0 unset, 1 on, 2 off
+  int gelu_taylor;   // 0 unset, 1 taylor, 2 exact
+} Schedule;
+
+enum { IR_MAX_INPUTS = 16 };
+
+typedef struct Node {
+  OpKind op;
+  Loc loc;
+  int out;                  // tensor index
+  int ins[IR_MAX_INPUTS];   // tensor indices, params included (see ir_verify.c for each op's order)
+  int nins;
+  DType prec;               // the precision the op computes in
+  Act act;                  // ACT, LINEAR (fused), ATTENTION
+  Mask mask;                // ATTENTION
+  AttnShape shape;          // ATTENTION
+  int64_t heads;            // ATTENTION
+  int64_t window;           // ATTENTION; 0: none
+  double scale;             // ATTENTION
+  bool hstu_norm;           // ATTENTION: divide P by the max kv length
+  double eps;               // RMSNORM, LAYERNORM
+  Pool pool;                // EMBED_POOL
+  double weights[IR_MAX_INPUTS];  // LOSS_SUM: one per input
+  const char *task;         // BCE: the task name for reports
+  Schedule sched;
+} Node;
+
+typedef struct Ir {
+  Arena *arena;
+  const char *model;
+  const char *source;       // the .gem path
+  const char *target;       // "sm_90a" or "sm_100a"
+  DType precision;          // model default
+  int64_t batch;            // B
+  int64_t dim;              // model dim
+  Optim dense_optim;
+  JaggedDim *jagged;
+  int njagged, cap_jagged;
+  Tensor *tensors;
+  int ntensors, cap_tensors;
+  Node *nodes;
+  int nnodes, cap_nodes;
+  int loss;                 // tensor index of the scalar loss; -1 when none
+} Ir;
+
+void ir_init(Ir *ir, Arena *arena);
+int ir_add_jagged(Ir *ir, const char *name, int64_t max_len, Loc loc);
+int ir_add_tensor(Ir *ir, const Tensor *t);          // returns its index
+int ir_add_node(Ir *ir, const Node *n);              // sets the out tensor's producer
+int ir_find_tensor(const Ir *ir, const char *name);  // -1 if absent
+
+// Text form. Stable: the same IR always prints the same bytes, and ir_read of the output
+// gives an IR that prints identically.
+void ir_print(FILE *out, const Ir *ir);
+// Parses ir_print output. Errors go to d with line and column in the text.
+bool ir_read(const SourceFile *f, Arena *arena, Diag *d, Ir *out);
+
+// Checks every invariant (topological order, arity, shapes, dtypes, layouts). On failure
+// writes one line naming the node and the broken rule to `why` and returns false.
+bool ir_verify(const Ir *ir, char *why, size_t why_size);
+
+#endif
