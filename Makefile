@@ -3,7 +3,7 @@
 #   make test       install missing packages (as root), build, run every CPU test
 #   make demo       the main job: check every model and show the IR of gem_tiny
 #   make fuzz       libFuzzer over the whole front end (FUZZ_SECONDS, default 60)
-#   make bench-frontend   time check+IR of a generated 10,000-layer model
+#   make bench-frontend   time check+IR of generated 1,000- and 10,000-layer models
 # Generated files all go under build/.
 
 CC      ?= cc
@@ -53,11 +53,12 @@ deps:
 	fi
 
 # --- the compiler -----------------------------------------------------------------------
-$(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/parser.tab.h: grammar/parser.y
+# `&:` (make 4.3): one bison run writes both files, even under -j.
+$(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/parser.tab.h &: grammar/parser.y
 	@mkdir -p $(BUILD)/grammar
 	$(BISON) -Wall -Werror --defines=$(BUILD)/grammar/parser.tab.h -o $(BUILD)/grammar/parser.tab.c $<
 
-$(BUILD)/grammar/scanner.c $(BUILD)/grammar/scanner.h: grammar/scanner.l
+$(BUILD)/grammar/scanner.c $(BUILD)/grammar/scanner.h &: grammar/scanner.l
 	@mkdir -p $(BUILD)/grammar
 	$(FLEX) --header-file=$(BUILD)/grammar/scanner.h -o $(BUILD)/grammar/scanner.c $<
 
@@ -85,14 +86,16 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libgemc.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_GEMC) -Wno-missing-prototypes -o $@ $< $(BUILD)/libgemc.a -lcmocka $(LDLIBS_GEMC)
 
-test-unit: $(UNIT_BINS)
+# test_cli runs the built driver, so unit tests need it too.
+test-unit: $(UNIT_BINS) $(BUILD)/gemc
 	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
 
 test-golden: $(BUILD)/gemc
 	@tests/golden/run.sh $(BUILD)/gemc
 
+# The example models must check without a single warning.
 test-models: $(BUILD)/gemc
-	@set -e; for m in models/*.gem; do $(BUILD)/gemc check $$m; echo "ok $$m"; done
+	@set -e; for m in models/*.gem; do $(BUILD)/gemc check -q --Werror $$m; echo "ok $$m"; done
 
 test: deps
 	@$(MAKE) --no-print-directory all
@@ -100,27 +103,42 @@ test: deps
 
 demo: deps
 	@$(MAKE) --no-print-directory all
-	@for m in models/*.gem; do $(BUILD)/gemc check $$m && echo "checked $$m"; done
-	$(BUILD)/gemc ir models/gem_tiny.gem
+	@set -e; for m in models/*.gem; do $(BUILD)/gemc check $$m; echo "checked $$m"; done
+	@echo; echo "== the graph IR of models/gem_tiny.gem (gemc ir models/gem_tiny.gem)"
+	@$(BUILD)/gemc ir models/gem_tiny.gem
 
 # --- fuzzing and speed ------------------------------------------------------------------
+# The fuzz build compiles every source with the sanitizers and GEMC_FUZZING defined (an
+# internal error then aborts, so libFuzzer reports it as a crash with its input). Crashing
+# inputs are saved under $(BUILD)/fuzz/ as crash-*, leak-* or timeout-*.
 FUZZ_SECONDS ?= 60
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-fuzz: deps $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.c
-	@mkdir -p $(BUILD)/fuzz/corpus
-	$(FUZZ_CC) $(CSTD) $(FUZZ_FLAGS) $(CPPFLAGS_GEMC) -Igrammar -DGEMC_FUZZING \
-	  -o $(BUILD)/fuzz/fuzz_frontend tests/fuzz/fuzz_frontend.c \
-	  $(LIB_SRCS) $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.c -lm
-	cp tests/golden/*.gem models/*.gem $(BUILD)/fuzz/corpus/
-	$(BUILD)/fuzz/fuzz_frontend -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
-	  -rss_limit_mb=2048 -print_final_stats=1 $(BUILD)/fuzz/corpus
+FUZZ_SEEDS    = $(wildcard tests/golden/*.gem models/*.gem)
+FUZZ_BIN     := $(BUILD)/fuzz/fuzz_frontend
 
+$(FUZZ_BIN): tests/fuzz/fuzz_frontend.c $(LIB_SRCS) $(BUILD)/grammar/parser.tab.c \
+             $(BUILD)/grammar/scanner.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(CSTD) $(FUZZ_FLAGS) $(CPPFLAGS_GEMC) -Igrammar -DGEMC_FUZZING \
+	  -o $@ tests/fuzz/fuzz_frontend.c $(LIB_SRCS) \
+	  $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.c -lm
+
+fuzz: deps
+	@$(MAKE) --no-print-directory $(FUZZ_BIN)
+	@mkdir -p $(BUILD)/fuzz/corpus
+	@for f in $(FUZZ_SEEDS); do cp "$$f" $(BUILD)/fuzz/corpus/; done
+	$(FUZZ_BIN) -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 \
+	  -rss_limit_mb=2048 -print_final_stats=1 -dict=tests/fuzz/gem.dict \
+	  -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus
+
+# Times `gemc check` and `gemc ir` on generated 1,000- and 10,000-layer models.
 bench-frontend: $(BUILD)/gemc
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(CFLAGS_GEMC) -o $(BUILD)/bench/gen_big_model tests/bench/gen_big_model.c
-	$(BUILD)/bench/gen_big_model 10000 > $(BUILD)/bench/big.gem
-	tests/bench/bench_frontend.sh $(BUILD)/gemc $(BUILD)/bench/big.gem
+	$(BUILD)/bench/gen_big_model 1000 > $(BUILD)/bench/big1000.gem
+	$(BUILD)/bench/gen_big_model 10000 > $(BUILD)/bench/big10000.gem
+	@tests/bench/bench_frontend.sh $(BUILD)/gemc $(BUILD)/bench/big1000.gem $(BUILD)/bench/big10000.gem
 
 clean:
 	rm -rf $(BUILD)

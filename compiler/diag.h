@@ -37,6 +37,12 @@ typedef struct Diag {
   int warnings;
   bool too_many;       // set once the error limit is hit; callers stop early
   bool warnings_are_errors;
+  bool quiet;          // print errors and their notes only: no warnings, no lone notes
+  // Private to diag.c: the start of the source line it looked up last, so that a run of
+  // diagnostics in file order finds each line without rescanning the file.
+  int cached_line;       // 0: nothing cached
+  size_t cached_offset;
+  bool last_was_error; // private: whether the last error or warning was an error (for -q)
 } Diag;
 
 void diag_init(Diag *d, const SourceFile *file, FILE *out);

@@ -2,7 +2,8 @@
 // Every tensor carries its layout, symbolic shape and dtype; every node its op, source
 // location, activation, mask and precision. One IR is printed as stable text, read back, and
 // verified after every pass.
-// defines: Ir, Tensor, Node, JaggedDim, DType, Layout, Act, Mask, AttnShape, Schedule, Optim
+// defines: Ir, Tensor, Node, JaggedDim, DType, Layout, Act, Mask, AttnShape, Schedule, Optim,
+//          NodeAttr
 #ifndef GEMC_IR_H
 #define GEMC_IR_H
 
@@ -21,6 +22,7 @@ typedef enum OpKind {
 } OpKind;
 
 const char *op_name(OpKind op);
+bool op_from_name(const char *s, OpKind *out);
 bool op_has_matmul(OpKind op);
 
 // Element types. The first five are op precisions as well; I64 holds ids.
@@ -60,12 +62,16 @@ bool act_from_name(const char *s, Act *out);
 
 typedef enum Mask { MASK_NONE, MASK_CAUSAL } Mask;
 const char *mask_name(Mask m);
+bool mask_from_name(const char *s, Mask *out);
 
 // The four attention shapes of the GEM paper.
 typedef enum AttnShape { ATTN_SELF, ATTN_CROSS, ATTN_PMA, ATTN_PFFN } AttnShape;
 const char *attn_shape_name(AttnShape s);
+bool attn_shape_from_name(const char *s, AttnShape *out);
 
 typedef enum Pool { POOL_SUM, POOL_MEAN } Pool;
+const char *pool_name(Pool p);
+bool pool_from_name(const char *s, Pool *out);
 
 // Where the batch-major data of a tensor lives:
 //   DENSE  [B, w]        (w == 0: [B], one value per example, e.g. ids or labels)
@@ -75,6 +81,7 @@ typedef enum Pool { POOL_SUM, POOL_MEAN } Pool;
 //   SCALAR []            a loss
 typedef enum Layout { LAYOUT_DENSE, LAYOUT_SET, LAYOUT_JAGGED, LAYOUT_FIXED, LAYOUT_SCALAR } Layout;
 const char *layout_name(Layout l);
+bool layout_from_name(const char *s, Layout *out);
 
 // A jagged dim: the lengths of one sequence input, shared by every tensor aligned with it.
 // Printed as *name; its total is T_name and its max length L_name.
@@ -90,6 +97,7 @@ typedef struct Optim {
   double lr, beta1, beta2, eps, weight_decay;
 } Optim;
 const char *optim_name(OptimKind k);
+bool optim_from_name(const char *s, OptimKind *out);
 
 typedef enum TensorKind {
   TENSOR_INPUT,  // a model input, fed by the data loader
@@ -122,6 +130,30 @@ typedef struct Schedule {
 } Schedule;
 
 enum { IR_MAX_INPUTS = 16 };
+
+// The attributes a node prints in {...}, in this order; each op has the subset docs/ir.md
+// lists (op_has_attr). Schedule hints that are set follow them.
+#define NODE_ATTRS(X)          \
+  X(SHAPE, "shape")            \
+  X(HEADS, "heads")            \
+  X(POOL, "pool")              \
+  X(ACT, "act")                \
+  X(MASK, "mask")              \
+  X(WINDOW, "window")          \
+  X(SCALE, "scale")            \
+  X(HSTU_NORM, "hstu_norm")    \
+  X(EPS, "eps")                \
+  X(PREC, "prec")              \
+  X(TASK, "task")              \
+  X(WEIGHTS, "weights")
+typedef enum NodeAttr {
+#define X(name, text) ATTR_##name,
+  NODE_ATTRS(X)
+#undef X
+  ATTR_COUNT
+} NodeAttr;
+const char *node_attr_name(NodeAttr a);
+bool op_has_attr(OpKind op, NodeAttr a);
 
 typedef struct Node {
   OpKind op;
@@ -160,6 +192,11 @@ typedef struct Ir {
   Node *nodes;
   int nnodes, cap_nodes;
   int loss;                 // tensor index of the scalar loss; -1 when none
+  // ir_find_tensor's index: open addressing, tensor index + 1 per slot (0: empty). Kept by
+  // ir_add_tensor; a pass that removes, reorders or renames tensors calls ir_reindex.
+  int *name_slots;
+  int cap_name_slots;       // a power of two, or 0
+  int named;                // tensors [0, named) are in the index
 } Ir;
 
 void ir_init(Ir *ir, Arena *arena);
@@ -167,10 +204,13 @@ int ir_add_jagged(Ir *ir, const char *name, int64_t max_len, Loc loc);
 int ir_add_tensor(Ir *ir, const Tensor *t);          // returns its index
 int ir_add_node(Ir *ir, const Node *n);              // sets the out tensor's producer
 int ir_find_tensor(const Ir *ir, const char *name);  // -1 if absent
+void ir_reindex(Ir *ir);  // rebuilds the name index after tensors were removed or renamed
 
 // Text form. Stable: the same IR always prints the same bytes, and ir_read of the output
 // gives an IR that prints identically.
 void ir_print(FILE *out, const Ir *ir);
+// A tensor's type as ir_print writes it ("fp32 jagged[B, *history, 32]"), for messages.
+void ir_format_type(const Ir *ir, const Tensor *t, char *buf, size_t size);
 // Parses ir_print output. Errors go to d with line and column in the text.
 bool ir_read(const SourceFile *f, Arena *arena, Diag *d, Ir *out);
 

@@ -1,0 +1,52 @@
+// cli.h: the gemc command line: what the user asked for, parsed from argv, and the help text.
+// main.c runs what cli_parse returns; docs/cli.md documents every command and option.
+// defines: Command, Stage, CliOptions, cli_parse, cli_free, cli_print_help, cli_print_version
+#ifndef GEMC_CLI_H
+#define GEMC_CLI_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#define GEMC_VERSION "0.1.0"
+
+typedef enum Command {
+  CMD_CHECK,    // gemc check FILE...
+  CMD_IR,       // gemc ir FILE
+  CMD_HELP,     // gemc help, gemc --help
+  CMD_VERSION,  // gemc --version
+} Command;
+
+// The stages `gemc ir --emit=STAGE` can stop after, in pipeline order.
+#define STAGES(X)                          \
+  X(AST, "ast", "the syntax tree, as parsed") \
+  X(IR, "ir", "the graph IR after every pass")
+typedef enum Stage {
+#define X(name, text, doc) STAGE_##name,
+  STAGES(X)
+#undef X
+  STAGE_COUNT
+} Stage;
+const char *stage_name(Stage s);
+
+typedef struct CliOptions {
+  Command command;
+  const char **files;      // the FILE arguments, in order
+  int nfiles;
+  const char *arch;        // --arch: overrides the model's target; NULL: keep it
+  bool werror;             // --Werror: warnings count as errors
+  bool quiet;              // -q: print errors only
+  bool verbose;            // -v: say "FILE: ok" for each file that passes
+  Stage emit;              // ir --emit=STAGE; STAGE_IR by default
+  const char *dump_after;  // ir --dump-after=PASS: print the IR after PASS instead
+  const char *output;      // ir -o OUT; NULL: stdout
+} CliOptions;
+
+// Parses argv into `o`. On a usage error writes "gemc: error: ..." and a hint to `err`, and
+// returns false; the caller exits with GEMC_EXIT_USAGE. Call cli_free afterwards either way.
+bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err);
+void cli_free(CliOptions *o);
+
+void cli_print_help(FILE *out);
+void cli_print_version(FILE *out);
+
+#endif

@@ -1,0 +1,145 @@
+// main.c: the gemc driver. Reads each file, runs the front end over it (parse, sema, passes)
+// and prints what the command asked for. cli.c parses the command line; docs/cli.md
+// documents it. Exit codes are in internal_error.h.
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "arena.h"          // defines: Arena, arena_free
+#include "ast.h"            // defines: Model, ast_print
+#include "cli.h"            // defines: CliOptions, cli_parse, cli_print_help
+#include "diag.h"           // defines: Diag, SourceFile, source_read
+#include "internal_error.h" // defines: GEMC_EXIT_*, GEMC_ASSERT
+#include "ir.h"             // defines: Ir, ir_init, ir_print
+#include "parse.h"          // defines: parse_model
+#include "passes.h"         // defines: passes_run
+#include "sema.h"           // defines: sema_lower
+
+// --- one file through the front end -----------------------------------------------------
+
+// Runs every stage up to the one `o` asks for, and prints its result to `out` (NULL: print
+// nothing; `gemc check`). Returns false when an error was reported.
+static bool run_front_end(const CliOptions *o, const SourceFile *src, Arena *arena, Diag *d,
+                          FILE *out) {
+  Model *m = parse_model(src, arena, d);
+  if (!m || d->errors > 0) return false;
+  if (o->emit == STAGE_AST) {
+    if (out) ast_print(out, m);
+    return true;
+  }
+
+  Ir ir;
+  ir_init(&ir, arena);
+  if (!sema_lower(m, o->arch, d, &ir) || d->errors > 0) return false;
+  if (!passes_run(&ir, d, o->dump_after, o->dump_after ? out : NULL) || d->errors > 0)
+    return false;
+  if (out && !o->dump_after) ir_print(out, &ir);
+  return true;
+}
+
+// Compiles one file; returns GEMC_EXIT_OK or GEMC_EXIT_USER_ERROR.
+static int compile_file(const CliOptions *o, const char *path, FILE *out) {
+  SourceFile src;
+  if (!source_read(&src, path)) return GEMC_EXIT_USER_ERROR;
+
+  Diag d;
+  diag_init(&d, &src, stderr);
+  d.warnings_are_errors = o->werror;
+  d.quiet = o->quiet;
+  Arena arena = {0};
+
+  bool ok = run_front_end(o, &src, &arena, &d, out);
+  bool failed = !ok || d.errors > 0 || (o->werror && d.warnings > 0);
+
+  arena_free(&arena);
+  source_free(&src);
+  return failed ? GEMC_EXIT_USER_ERROR : GEMC_EXIT_OK;
+}
+
+// --- the commands -----------------------------------------------------------------------
+
+static int run_check(const CliOptions *o) {
+  int worst = GEMC_EXIT_OK;
+  for (int i = 0; i < o->nfiles; i++) {
+    int rc = compile_file(o, o->files[i], NULL);
+    if (rc == GEMC_EXIT_OK && o->verbose) printf("%s: ok\n", o->files[i]);
+    if (rc > worst) worst = rc;
+  }
+  return worst;
+}
+
+static int write_error(const char *what) {
+  fprintf(stderr, "gemc: error: cannot write %s: %s\n", what, strerror(errno));
+  return GEMC_EXIT_USER_ERROR;
+}
+
+// Opens -o OUT, or returns stdout.
+static FILE *open_output(const CliOptions *o) {
+  return o->output ? fopen(o->output, "w") : stdout;
+}
+
+// Closes -o OUT and reports a failed write. stdout is checked once, at the end of main.
+static int close_output(const CliOptions *o, FILE *f) {
+  if (!o->output) return GEMC_EXIT_OK;
+  bool bad = ferror(f) != 0;
+  if (fclose(f) != 0) bad = true;
+  return bad ? write_error(o->output) : GEMC_EXIT_OK;
+}
+
+// `gemc ir`: the output is buffered and written only when the file compiles, so a failed
+// run leaves no half-written OUT. --dump-after writes straight through instead: it is a
+// debugging aid, and its output matters most when a later pass fails.
+static int run_ir(const CliOptions *o) {
+  const char *path = o->files[0];
+  if (o->dump_after) {
+    FILE *out = open_output(o);
+    if (!out) return write_error(o->output);
+    int rc = compile_file(o, path, out);
+    int wrc = close_output(o, out);
+    return rc != GEMC_EXIT_OK ? rc : wrc;
+  }
+
+  char *text = NULL;
+  size_t size = 0;
+  FILE *buffer = open_memstream(&text, &size);
+  if (!buffer) gemc_internal_error(__FILE__, __LINE__, "open_memstream failed");
+  int rc = compile_file(o, path, buffer);
+  fclose(buffer);
+  if (rc == GEMC_EXIT_OK) {
+    FILE *out = open_output(o);
+    if (!out) {
+      rc = write_error(o->output);
+    } else {
+      fwrite(text, 1, size, out);
+      rc = close_output(o, out);
+    }
+  }
+  free(text);
+  return rc;
+}
+
+int main(int argc, char **argv) {
+  CliOptions o;
+  if (!cli_parse(argc, argv, &o, stderr)) {
+    cli_free(&o);
+    return GEMC_EXIT_USAGE;
+  }
+
+  int rc = GEMC_EXIT_OK;
+  switch (o.command) {
+  case CMD_HELP: cli_print_help(stdout); break;
+  case CMD_VERSION: cli_print_version(stdout); break;
+  case CMD_CHECK: rc = run_check(&o); break;
+  case CMD_IR: rc = run_ir(&o); break;
+  }
+  cli_free(&o);
+
+  if (fflush(stdout) != 0 || ferror(stdout)) {
+    int wrc = write_error("<stdout>");
+    if (rc == GEMC_EXIT_OK) rc = wrc;
+  }
+  return rc;
+}
