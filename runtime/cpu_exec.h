@@ -1,0 +1,56 @@
+// cpu_exec.h: the CPU executor. It runs the forward and backward nodes of any checked IR in
+// plain C: jagged tensors are values plus offsets, never padded. It is the oracle every GPU
+// kernel is tested against, and the `cpu` backend of `gemc train`.
+//
+// Two modes: fp32 (float buffers, precision emulated as the GPU computes it: each node's output
+// rounded to its dtype, fp8/mxfp8 matmul operands quantized per numerics.h) and fp64 (double
+// buffers, no rounding, for gradient checks against finite differences).
+// defines: CpuExec, cpu_exec_new, cpu_exec_forward, cpu_exec_backward
+#ifndef GEMC_CPU_EXEC_H
+#define GEMC_CPU_EXEC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "ir.h"
+
+typedef enum ExecMode { EXEC_F32, EXEC_F64 } ExecMode;
+
+typedef struct CpuExec CpuExec;
+
+// Prepares to run `ir` (forward nodes, and backward nodes when ir->nforward < ir->nnodes).
+// Allocates every parameter and table, zeroed; cpu_exec_init_params fills them.
+CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode);
+void cpu_exec_free(CpuExec *x);
+
+// Deterministic initialization from `seed`: tables N(0, 1/sqrt(D))... see cpu_exec.c for each
+// kind (weights: uniform +-sqrt(6/(fan_in+fan_out)); biases 0; gains 1; PMA seeds N(0, 0.02²)).
+void cpu_exec_init_params(CpuExec *x, uint64_t seed);
+
+// Binds one batch (its sizes and data); the batch must outlive the next forward/backward.
+// Returns false (and writes why) when it does not match the IR.
+bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *why, size_t why_size);
+
+// Runs nodes [0, nforward) and returns the loss (NaN when the IR has none).
+double cpu_exec_forward(CpuExec *x);
+// Runs nodes [nforward, nnodes); afterwards cpu_exec_grad holds every gradient.
+void cpu_exec_backward(CpuExec *x);
+
+// The buffer of tensor t (float * in EXEC_F32 mode, double * in EXEC_F64), and its number of
+// elements for the bound batch. Parameters and tables persist across batches.
+void *cpu_exec_data(CpuExec *x, int t);
+int64_t cpu_exec_numel(const CpuExec *x, int t);
+// The gradient of parameter or table tensor t: for a parameter, a dense buffer like the
+// parameter; for a table, its rows tensor: *nrows distinct ascending ids in *row_ids and
+// *nrows x D values. Returns NULL when t has no gradient.
+void *cpu_exec_grad(CpuExec *x, int t, int64_t *nrows, const int64_t **row_ids);
+
+// The model's tasks: one per bce node, in IR order. After a forward, cpu_exec_task_probs
+// gives sigmoid(logit) for each of the B examples (float, in both modes).
+int cpu_exec_ntasks(const CpuExec *x);
+const char *cpu_exec_task_name(const CpuExec *x, int task);
+int cpu_exec_task_label(const CpuExec *x, int task);  // the label's IR tensor index
+const float *cpu_exec_task_probs(CpuExec *x, int task);
+
+#endif
