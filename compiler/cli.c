@@ -27,7 +27,9 @@ enum { NUM_ARCHS = sizeof known_archs / sizeof known_archs[0] };
 
 static const char usage_line[] =
     "usage: gemc [options] check FILE...\n"
-    "       gemc [options] ir FILE [--emit=STAGE] [--dump-after=PASS] [-o OUT]\n"
+    "       gemc [options] ir FILE [--emit=STAGE] [--dump-after=PASS] [--grad] [-o OUT]\n"
+    "       gemc [options] train FILE [train options]   (gemc train --help)\n"
+    "       gemc [options] data convert MODEL.gem IN.tsv -o OUT [--sep tab|comma]\n"
     "       gemc help | --help | --version\n";
 
 const char *stage_name(Stage s) {
@@ -108,6 +110,8 @@ static int option_value(int argc, char **argv, int *i, const char *name, const c
 static bool parse_command(const char *word, Command *out) {
   if (strcmp(word, "check") == 0) *out = CMD_CHECK;
   else if (strcmp(word, "ir") == 0) *out = CMD_IR;
+  else if (strcmp(word, "train") == 0) *out = CMD_TRAIN;
+  else if (strcmp(word, "data") == 0) *out = CMD_DATA;
   else if (strcmp(word, "help") == 0) *out = CMD_HELP;
   else return false;
   return true;
@@ -121,6 +125,11 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
   char list[512];
   if (!has_command) return usage_error(err, "no command given");
   if (o->command == CMD_HELP) return true;
+  if (o->command == CMD_TRAIN || o->command == CMD_DATA) {
+    if (emit || o->dump_after || o->output || o->grad)
+      return usage_error(err, "--emit, --dump-after, --grad and -o only apply to 'gemc ir'");
+    return true;  // the command's own parser checks the rest, --arch included
+  }
   if (o->arch && !is_arch(o->arch))
     return usage_error(err, "unknown --arch '%s'; expected one of: %s", o->arch,
                        join_names(list, sizeof list, known_archs, NUM_ARCHS));
@@ -128,6 +137,7 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
     if (emit) return usage_error(err, "--emit only applies to 'gemc ir'");
     if (o->dump_after) return usage_error(err, "--dump-after only applies to 'gemc ir'");
     if (o->output) return usage_error(err, "-o only applies to 'gemc ir'");
+    if (o->grad) return usage_error(err, "--grad only applies to 'gemc ir'");
     if (o->nfiles == 0) return usage_error(err, "'gemc check' needs at least one FILE");
     return true;
   }
@@ -142,6 +152,7 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
                        o->dump_after, pass_list(list, sizeof list));
   if (o->dump_after && o->emit != STAGE_IR)
     return usage_error(err, "--dump-after needs --emit=ir");
+  if (o->grad && o->emit != STAGE_IR) return usage_error(err, "--grad needs --emit=ir");
   return true;
 }
 
@@ -160,9 +171,15 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
     if (only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
       if (!has_command) {
         if (!parse_command(arg, &o->command))
-          return usage_error(err, "unknown command '%s'; the commands are: check, ir, help",
-                             arg);
+          return usage_error(err, "unknown command '%s'; the commands are: check, ir, "
+                             "train, data, help", arg);
         has_command = true;
+        // train and data parse their own options (commands.h): hand them the rest.
+        if (o->command == CMD_TRAIN || o->command == CMD_DATA) {
+          o->rest = argv + i + 1;
+          o->nrest = argc - i - 1;
+          break;
+        }
       } else {
         o->files[o->nfiles++] = arg;
       }
@@ -191,6 +208,8 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
     } else if ((got = option_value(argc, argv, &i, "--dump-after", &value)) != 0) {
       if (got < 0) return usage_error(err, "--dump-after needs a PASS");
       o->dump_after = value;
+    } else if (strcmp(arg, "--grad") == 0) {
+      o->grad = true;
     } else if (strcmp(arg, "-o") == 0) {
       if (i + 1 >= argc) return usage_error(err, "-o needs a file name");
       o->output = argv[++i];
@@ -224,6 +243,9 @@ void cli_print_help(FILE *out) {
           "commands:\n"
           "  check FILE...        parse, check and lower each file; print only diagnostics\n"
           "  ir FILE              print the final graph IR of FILE (or another stage)\n"
+          "  train FILE           train the model on the CPU (gemc train --help: its options)\n"
+          "  data convert MODEL.gem IN.tsv -o OUT\n"
+          "                       turn a TSV/CSV of records into a data file for MODEL\n"
           "  help                 print this text\n"
           "\n"
           "options for every command:\n"
@@ -243,6 +265,8 @@ void cli_print_help(FILE *out) {
   fprintf(out,
           "  --dump-after=PASS    print the IR right after PASS instead of the final IR;\n"
           "                       the passes, in order: %s\n"
+          "  --grad               append the backward graph: gradients of every parameter\n"
+          "                       and table (docs/autodiff.md)\n"
           "  -o OUT               write to OUT instead of stdout\n"
           "\n"
           "An option that takes a value accepts both --opt=VALUE and --opt VALUE.\n"

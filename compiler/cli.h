@@ -12,6 +12,8 @@
 typedef enum Command {
   CMD_CHECK,    // gemc check FILE...
   CMD_IR,       // gemc ir FILE
+  CMD_TRAIN,    // gemc train FILE [train options] (cmd_train.c parses the rest)
+  CMD_DATA,     // gemc data convert ... (cmd_data.c parses the rest)
   CMD_HELP,     // gemc help, gemc --help
   CMD_VERSION,  // gemc --version
 } Command;
@@ -39,6 +41,9 @@ typedef struct CliOptions {
   Stage emit;              // ir --emit=STAGE; STAGE_IR by default
   const char *dump_after;  // ir --dump-after=PASS: print the IR after PASS instead
   const char *output;      // ir -o OUT; NULL: stdout
+  bool grad;               // ir --grad: append the backward graph (docs/autodiff.md)
+  char **rest;             // train, data: the words after the command, which that command
+  int nrest;               // parses itself (commands.h)
 } CliOptions;
 
 // Parses argv into `o`. On a usage error writes "gemc: error: ..." and a hint to `err`, and

@@ -1,5 +1,6 @@
 // ir.c: the graph IR's name tables (from the X-macros) and the calls that build an IR:
-// ir_init, ir_add_jagged, ir_add_tensor, ir_add_node, and ir_find_tensor's hash index.
+// ir_init, ir_add_jagged, ir_add_tensor, ir_add_node, ir_begin_backward, ir_add_grad, and
+// ir_find_tensor's hash index.
 #include "ir.h"
 
 #include <string.h>
@@ -36,7 +37,7 @@ static const char *const act_names[] = {
 static const char *const mask_names[] = {"none", "causal"};
 static const char *const attn_shape_names[] = {"self", "cross", "pma", "pffn"};
 static const char *const pool_names[] = {"sum", "mean"};
-static const char *const layout_names[] = {"dense", "set", "jagged", "fixed", "scalar"};
+static const char *const layout_names[] = {"dense", "set", "jagged", "fixed", "scalar", "rows"};
 static const char *const optim_names[] = {"none", "adamw", "sgd", "rowwise_adagrad"};
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
@@ -55,6 +56,7 @@ static int index_of(const char *const *names, int n, const char *s) {
 
 const char *op_name(OpKind op) { return name_at(op_names, COUNT(op_names), (int)op); }
 bool op_has_matmul(OpKind op) { return (int)op >= 0 && op < OP_COUNT && op_matmul[op]; }
+bool op_is_backward(OpKind op) { return op >= OP_SLICE && op < OP_COUNT; }
 const char *dtype_name(DType t) { return name_at(dtype_names, COUNT(dtype_names), (int)t); }
 const char *act_name(Act a) { return name_at(act_names, COUNT(act_names), (int)a); }
 const char *mask_name(Mask m) { return name_at(mask_names, COUNT(mask_names), (int)m); }
@@ -230,7 +232,30 @@ int ir_add_node(Ir *ir, const Node *n) {
   int i = ir->nnodes++;
   ir->nodes[i] = *n;
   ir->tensors[n->out].producer = i;
+  if (!ir->in_backward) ir->nforward = ir->nnodes;
   return i;
+}
+
+void ir_begin_backward(Ir *ir) {
+  ir->nforward = ir->nnodes;
+  ir->in_backward = true;
+}
+
+void ir_add_grad(Ir *ir, int param, int grad) {
+  if (ir->ngrads == ir->cap_grads) {
+    int cap = ir->cap_grads ? 2 * ir->cap_grads : 16;
+    GEMC_ASSERT(cap > ir->cap_grads);
+    ir->grads = arena_grow(ir->arena, ir->grads, (size_t)ir->ngrads, (size_t)cap,
+                           sizeof *ir->grads);
+    ir->cap_grads = cap;
+  }
+  ir->grads[ir->ngrads++] = (IrGrad){param, grad};
+}
+
+int ir_grad_of(const Ir *ir, int param) {
+  for (int i = 0; i < ir->ngrads; i++)
+    if (ir->grads[i].param == param) return ir->grads[i].grad;
+  return -1;
 }
 
 // --- node attributes --------------------------------------------------------------------
@@ -268,6 +293,27 @@ static unsigned op_attrs(OpKind op) {
            BIT(HSTU_NORM) | BIT(PREC);
   case OP_BCE: return BIT(TASK);
   case OP_LOSS_SUM: return BIT(WEIGHTS);
+  // The backward ops (docs/autodiff.md). Only those with a matmul have a prec.
+  case OP_SCALE: return BIT(SCALE) | BIT(PREC);
+  case OP_SLICE:
+  case OP_UNSTACK: return BIT(START);
+  case OP_UNFLATTEN:
+  case OP_REDUCE_ROWS:
+  case OP_TABLE_GRAD: return 0;
+  case OP_ACT_BWD: return BIT(ACT);
+  case OP_LINEAR_ACT_BWD: return BIT(ACT) | BIT(PREC);
+  case OP_LINEAR_BWD_X:
+  case OP_LINEAR_BWD_W: return BIT(PREC);
+  case OP_RMSNORM_BWD_X:
+  case OP_RMSNORM_BWD_GAIN:
+  case OP_LAYERNORM_BWD_X:
+  case OP_LAYERNORM_BWD_GAIN: return BIT(EPS);
+  case OP_DOT_INTERACT_BWD: return BIT(PREC) | BIT(START);
+  case OP_ATTENTION_BWD_Q:
+  case OP_ATTENTION_BWD_K:
+  case OP_ATTENTION_BWD_V: return op_attrs(OP_ATTENTION);
+  case OP_BCE_BWD: return BIT(WEIGHT);
+  case OP_EMBED_POOL_BWD: return BIT(POOL);
   case OP_COUNT: break;
   }
   return 0;

@@ -3,7 +3,7 @@
 // location, activation, mask and precision. One IR is printed as stable text, read back, and
 // verified after every pass.
 // defines: Ir, Tensor, Node, JaggedDim, DType, Layout, Act, Mask, AttnShape, Schedule, Optim,
-//          NodeAttr
+//          NodeAttr, IrGrad
 #ifndef GEMC_IR_H
 #define GEMC_IR_H
 
@@ -24,6 +24,8 @@ typedef enum OpKind {
 const char *op_name(OpKind op);
 bool op_from_name(const char *s, OpKind *out);
 bool op_has_matmul(OpKind op);
+// The backward ops of docs/autodiff.md (slice ... table_grad): legal only after Ir.nforward.
+bool op_is_backward(OpKind op);
 
 // Element types. The first five are op precisions as well; I64 holds ids.
 #define DTYPES(X)      \
@@ -79,7 +81,15 @@ bool pool_from_name(const char *s, Pool *out);
 //   JAGGED [B, *j, w]    values [T_j, w] plus offsets [B+1] (w == 0: ids [T_j])
 //   FIXED  [d0] or [d0, d1], no batch dim: parameters and tables
 //   SCALAR []            a loss
-typedef enum Layout { LAYOUT_DENSE, LAYOUT_SET, LAYOUT_JAGGED, LAYOUT_FIXED, LAYOUT_SCALAR } Layout;
+//   ROWS   [U_t, w]      a table's sparse gradient: U_t distinct row ids (ascending), w wide
+typedef enum Layout {
+  LAYOUT_DENSE,
+  LAYOUT_SET,
+  LAYOUT_JAGGED,
+  LAYOUT_FIXED,
+  LAYOUT_SCALAR,
+  LAYOUT_ROWS
+} Layout;
 const char *layout_name(Layout l);
 bool layout_from_name(const char *s, Layout *out);
 
@@ -116,6 +126,7 @@ typedef struct Tensor {
   int64_t width;     // DENSE, SET, JAGGED: feature width (0: none)
   int64_t fixed[2];  // FIXED: dims
   int nfixed;        // FIXED: 1 or 2
+  int table;         // ROWS: the index of the table whose gradient this is
   DType dtype;
   int producer;      // VALUE: index of the node that writes it; -1 otherwise
   Optim optim;       // PARAM and TABLE
@@ -129,7 +140,11 @@ typedef struct Schedule {
   int gelu_taylor;   // 0 unset, 1 taylor, 2 exact
 } Schedule;
 
-enum { IR_MAX_INPUTS = 16 };
+// IR_MAX_INPUTS bounds every node (table_grad takes a table and up to 15 (ids, dy) pairs);
+// the variadic forward ops (concat, stack, dot_interact, loss_sum) take at most IR_MAX_PARTS.
+enum { IR_MAX_INPUTS = 32, IR_MAX_PARTS = 16 };
+// The most lookups of one table: its table_grad node takes the table and one pair per lookup.
+enum { IR_MAX_TABLE_LOOKUPS = (IR_MAX_INPUTS - 1) / 2 };
 
 // The attributes a node prints in {...}, in this order; each op has the subset docs/ir.md
 // lists (op_has_attr). Schedule hints that are set follow them.
@@ -145,7 +160,9 @@ enum { IR_MAX_INPUTS = 16 };
   X(EPS, "eps")                \
   X(PREC, "prec")              \
   X(TASK, "task")              \
-  X(WEIGHTS, "weights")
+  X(WEIGHTS, "weights")        \
+  X(START, "start")            \
+  X(WEIGHT, "weight")
 typedef enum NodeAttr {
 #define X(name, text) ATTR_##name,
   NODE_ATTRS(X)
@@ -162,19 +179,27 @@ typedef struct Node {
   int ins[IR_MAX_INPUTS];   // tensor indices, params included (see ir_verify.c for each op's order)
   int nins;
   DType prec;               // the precision the op computes in
-  Act act;                  // ACT, LINEAR (fused), ATTENTION
-  Mask mask;                // ATTENTION
+  Act act;                  // ACT, LINEAR (fused), ATTENTION; ACT_BWD, LINEAR_ACT_BWD
+  Mask mask;                // ATTENTION (and its backward ops)
   AttnShape shape;          // ATTENTION
   int64_t heads;            // ATTENTION
   int64_t window;           // ATTENTION; 0: none
-  double scale;             // ATTENTION
+  double scale;             // ATTENTION; SCALE: the factor
   bool hstu_norm;           // ATTENTION: divide P by the max kv length
-  double eps;               // RMSNORM, LAYERNORM
-  Pool pool;                // EMBED_POOL
+  double eps;               // RMSNORM, LAYERNORM (and their backward ops)
+  Pool pool;                // EMBED_POOL, EMBED_POOL_BWD
   double weights[IR_MAX_INPUTS];  // LOSS_SUM: one per input
   const char *task;         // BCE: the task name for reports
+  int64_t start;            // SLICE: first column; UNSTACK: element; DOT_INTERACT_BWD: input
+  double weight;            // BCE_BWD: the loss weight of its bce term
   Schedule sched;
 } Node;
+
+// One parameter's or table's gradient: `grad @w = %w.grad`.
+typedef struct IrGrad {
+  int param;  // a PARAM or TABLE tensor
+  int grad;   // the value holding its gradient: fp32 like the parameter, rows[U_t, D] for a table
+} IrGrad;
 
 typedef struct Ir {
   Arena *arena;
@@ -191,6 +216,12 @@ typedef struct Ir {
   int ntensors, cap_tensors;
   Node *nodes;
   int nnodes, cap_nodes;
+  // Nodes [0, nforward) are the forward pass and [nforward, nnodes) the backward pass
+  // (docs/autodiff.md). ir_add_node keeps nforward == nnodes until ir_begin_backward.
+  int nforward;
+  bool in_backward;         // set by ir_begin_backward
+  IrGrad *grads;            // gradient records, in print order (tables, then parameters)
+  int ngrads, cap_grads;
   int loss;                 // tensor index of the scalar loss; -1 when none
   // ir_find_tensor's index: open addressing, tensor index + 1 per slot (0: empty). Kept by
   // ir_add_tensor; a pass that removes, reorders or renames tensors calls ir_reindex.
@@ -203,6 +234,10 @@ void ir_init(Ir *ir, Arena *arena);
 int ir_add_jagged(Ir *ir, const char *name, int64_t max_len, Loc loc);
 int ir_add_tensor(Ir *ir, const Tensor *t);          // returns its index
 int ir_add_node(Ir *ir, const Node *n);              // sets the out tensor's producer
+// Marks the end of the forward pass: nodes added from now on are backward nodes.
+void ir_begin_backward(Ir *ir);
+void ir_add_grad(Ir *ir, int param, int grad);       // records `grad @param = %grad`
+int ir_grad_of(const Ir *ir, int param);             // its gradient's tensor index, or -1
 int ir_find_tensor(const Ir *ir, const char *name);  // -1 if absent
 void ir_reindex(Ir *ir);  // rebuilds the name index after tensors were removed or renamed
 

@@ -146,6 +146,14 @@ static void put_type(Line *l, const Ir *ir, const Tensor *t) {
     for (int i = 0; i < t->nfixed && i < 2; i++) put(l, "%s%" PRId64, i ? ", " : "", t->fixed[i]);
     break;
   case LAYOUT_SCALAR: break;
+  case LAYOUT_ROWS:
+    put(l, "U_");
+    if (t->table >= 0 && t->table < ir->ntensors)
+      put_word(l, ir->tensors[t->table].name);
+    else
+      put(l, "?%d", t->table);
+    put(l, ", %" PRId64, t->width);
+    break;
   }
   put_char(l, ']');
 }
@@ -202,6 +210,8 @@ static void put_attr(Line *l, const Node *n, NodeAttr a) {
     }
     put_char(l, ']');
     break;
+  case ATTR_START: put(l, "%" PRId64, n->start); break;
+  case ATTR_WEIGHT: put_real(l, n->weight); break;
   case ATTR_COUNT: break;
   }
 }
@@ -338,14 +348,26 @@ void ir_print(FILE *out, const Ir *ir) {
       print_decl(out, &l, ir, i);
     }
 
-  if (ir->nnodes > 0) fputc('\n', out);
-  for (int i = 0; i < ir->nnodes; i++) print_node(out, &l, ir, &ir->nodes[i]);
+  // The forward nodes, then the backward nodes after a `backward` line.
+  int nforward = ir->nforward >= 0 && ir->nforward < ir->nnodes ? ir->nforward : ir->nnodes;
+  if (nforward > 0) fputc('\n', out);
+  for (int i = 0; i < nforward; i++) print_node(out, &l, ir, &ir->nodes[i]);
+  if (nforward < ir->nnodes) fputs("\nbackward\n", out);
+  for (int i = nforward; i < ir->nnodes; i++) print_node(out, &l, ir, &ir->nodes[i]);
 
+  static const Loc none;
   if (ir->loss >= 0) {
     fputc('\n', out);
     put(&l, "loss ");
     put_tensor_ref(&l, ir, ir->loss);
-    static const Loc none;
+    line_end(out, &l, ir, none);
+  }
+  if (ir->ngrads > 0) fputc('\n', out);
+  for (int i = 0; i < ir->ngrads; i++) {
+    put(&l, "grad ");
+    put_tensor_ref(&l, ir, ir->grads[i].param);
+    put(&l, " = ");
+    put_tensor_ref(&l, ir, ir->grads[i].grad);
     line_end(out, &l, ir, none);
   }
   free(l.text);

@@ -16,6 +16,7 @@ typedef struct Reader {
   int lineno;
   Loc loc;           // the `; path:line:col` of the current line, or zeros
   bool seen_model, seen_source, seen_target, seen_precision, seen_batch, seen_dim, seen_optim;
+  bool seen_backward;
 } Reader;
 
 // --- errors -----------------------------------------------------------------------------
@@ -231,6 +232,22 @@ static bool jagged_ref(Reader *r, int *out) {
   return fail_at(r, at, "unknown jagged dim '*%.*s'", (int)n, s);
 }
 
+// "U_items" in a rows type: the table declared on an earlier line whose gradient it is.
+static bool table_rows_ref(Reader *r, int *out) {
+  const char *at = (skip_space(r), r->p), *s;
+  size_t n;
+  if (!word(r, &s, &n) || n < 3 || memcmp(s, "U_", 2) != 0) {
+    r->p = at;
+    return expected(r, "'U_' and a table name");
+  }
+  char *nm = arena_strndup(r->ir->arena, s + 2, n - 2);
+  int t = ir_find_tensor(r->ir, nm);
+  if (t < 0 || r->ir->tensors[t].kind != TENSOR_TABLE)
+    return fail_at(r, at, "unknown table '%s' in U_%s", nm, nm);
+  *out = t;
+  return true;
+}
+
 // "fp32 jagged[B, *history, 32]" into t's dtype, layout and dims.
 static bool type(Reader *r, Tensor *t) {
   if (!dtype(r, &t->dtype)) return false;
@@ -238,7 +255,8 @@ static bool type(Reader *r, Tensor *t) {
   char buf[16];
   if (!keyword(r, buf, sizeof buf, "a layout")) return false;
   if (!layout_from_name(buf, &t->layout))
-    return fail_at(r, at, "unknown layout '%s'; expected dense, set, jagged, fixed or scalar", buf);
+    return fail_at(r, at, "unknown layout '%s'; expected dense, set, jagged, fixed, scalar or rows",
+                   buf);
   if (!expect(r, '[')) return false;
   t->jag = -1;
   switch (t->layout) {
@@ -263,6 +281,9 @@ static bool type(Reader *r, Tensor *t) {
     }
     break;
   case LAYOUT_SCALAR: break;
+  case LAYOUT_ROWS:
+    if (!table_rows_ref(r, &t->table) || !expect(r, ',') || !integer(r, &t->width)) return false;
+    break;
   }
   return expect(r, ']');
 }
@@ -494,6 +515,8 @@ static bool attr_value(Reader *r, Node *n, int a) {
       return fail_at(r, at, "%d weights for %d inputs; give one per input", count, n->nins);
     return true;
   }
+  case ATTR_START: return integer(r, &n->start);
+  case ATTR_WEIGHT: return real(r, &n->weight);
   case HINT_TILE_Q: return small_int(r, &n->sched.tile_q);
   case HINT_TILE_KV: return small_int(r, &n->sched.tile_kv);
   case HINT_TILE_M: return small_int(r, &n->sched.tile_m);
@@ -566,6 +589,22 @@ static bool loss_line(Reader *r, const char *at) {
   return tensor_ref(r, &r->ir->loss) && end_of_line(r);
 }
 
+// "backward": the nodes below it are the backward pass.
+static bool backward_line(Reader *r, const char *at) {
+  if (!once(r, &r->seen_backward, at, "backward") || !end_of_line(r)) return false;
+  ir_begin_backward(r->ir);
+  return true;
+}
+
+// "grad @w = %w.grad"
+static bool grad_line(Reader *r) {
+  int param, grad;
+  if (!tensor_ref(r, &param) || !expect(r, '=') || !tensor_ref(r, &grad) || !end_of_line(r))
+    return false;
+  ir_add_grad(r->ir, param, grad);
+  return true;
+}
+
 // --- lines ------------------------------------------------------------------------------
 
 // The first ';' outside a string, or `end`.
@@ -614,8 +653,10 @@ static bool read_line(Reader *r) {
   if (strcmp(key, "table") == 0) return decl_line(r, TENSOR_TABLE);
   if (strcmp(key, "param") == 0) return decl_line(r, TENSOR_PARAM);
   if (strcmp(key, "loss") == 0) return loss_line(r, at);
+  if (strcmp(key, "backward") == 0) return backward_line(r, at);
+  if (strcmp(key, "grad") == 0) return grad_line(r);
   return fail_at(r, at, "unknown line '%.*s'; expected a header line, jagged, input, label, "
-                 "table, param, a %%value or loss", (int)(r->p - at), at);
+                 "table, param, a %%value, backward, loss or grad", (int)(r->p - at), at);
 }
 
 bool ir_read(const SourceFile *f, Arena *arena, Diag *d, Ir *out) {

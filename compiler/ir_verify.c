@@ -1,7 +1,8 @@
 // ir_verify.c: checks every invariant of the graph IR (docs/ir.md, "Verifier rules"): the
-// header, the jagged dims, each tensor, and each node's order, arity, input kinds, shapes,
-// dtypes and attributes. It runs after every pass; the first broken rule is reported as one
-// line, "node N (%out = op %a, @b): rule", and the IR is left alone. Linear in the IR's size.
+// header, the jagged dims, each tensor, each node's order, section, arity, input kinds, shapes,
+// dtypes and attributes (the backward ops as docs/autodiff.md defines them), and the gradient
+// records. It runs after every pass; the first broken rule is reported as one line,
+// "node N (%out = op %a, @b): rule", and the IR is left alone. Linear in the IR's size.
 #include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
@@ -80,6 +81,11 @@ static bool is_tensor_name(const char *s) {
 
 static bool is_precision(DType t) { return (int)t >= 0 && t <= DT_MXFP8; }
 
+// What a gradient of a value is stored in: a precision that stores its own type.
+static bool is_storage_float(DType t) { return t == DT_F32 || t == DT_BF16 || t == DT_FP16; }
+
+static bool is_pointwise(Act a) { return (int)a > ACT_NONE && a < ACT_COUNT && a != ACT_SOFTMAX; }
+
 // The dtype a node's output stores for its precision.
 static DType stored_dtype(const Node *n) {
   if (n->op == OP_BCE || n->op == OP_LOSS_SUM) return DT_F32;
@@ -95,6 +101,7 @@ static bool same_rows(const Tensor *a, const Tensor *b) {
   if (a->layout != b->layout) return false;
   if (a->layout == LAYOUT_SET) return a->set_k == b->set_k;
   if (a->layout == LAYOUT_JAGGED) return a->jag == b->jag;
+  if (a->layout == LAYOUT_ROWS) return a->table == b->table;
   return true;
 }
 
@@ -131,6 +138,11 @@ static bool check_header(Check *c) {
     return fail(c, "header: optimizer settings must be finite and non-negative");
   if (ir->loss < -1 || ir->loss >= ir->ntensors)
     return fail(c, "header: loss index %d is out of range", ir->loss);
+  if (ir->nforward < 0 || ir->nforward > ir->nnodes)
+    return fail(c, "header: nforward = %d is not in 0..%d (the node count)", ir->nforward,
+                ir->nnodes);
+  if (ir->ngrads < 0 || (ir->ngrads > 0 && !ir->grads))
+    return fail(c, "header: the gradient records are inconsistent");
   return true;
 }
 
@@ -174,7 +186,7 @@ static bool check_tensor(Check *c, int i) {
   c->tensor = i;
   if (!is_tensor_name(t->name)) return fail(c, "the name is empty or not made of [A-Za-z0-9_.]");
   if ((int)t->kind < 0 || t->kind > TENSOR_VALUE) return fail(c, "unknown kind %d", (int)t->kind);
-  if ((int)t->layout < 0 || t->layout > LAYOUT_SCALAR)
+  if ((int)t->layout < 0 || t->layout > LAYOUT_ROWS)
     return fail(c, "unknown layout %d", (int)t->layout);
   if ((int)t->dtype < 0 || t->dtype >= DT_COUNT) return fail(c, "unknown dtype %d", (int)t->dtype);
   if (t->layout == LAYOUT_JAGGED && (t->jag < 0 || t->jag >= ir->njagged))
@@ -193,6 +205,16 @@ static bool check_tensor(Check *c, int i) {
 
   char type[128];
   type_of(ir, i, type, sizeof type);
+  if (t->layout == LAYOUT_ROWS) {
+    if (t->table < 0 || t->table >= ir->ntensors || ir->tensors[t->table].kind != TENSOR_TABLE)
+      return fail(c, "a rows tensor names a table; tensor %d is not one", t->table);
+    const Tensor *table = &ir->tensors[t->table];
+    if (t->kind != TENSOR_VALUE || t->dtype != DT_F32 || table->nfixed != 2 ||
+        t->width != table->fixed[1])
+      return fail(c, "a table gradient is an fp32 value rows[U_%s, %" PRId64 "], not %s",
+                  table->name ? table->name : "?", table->nfixed == 2 ? table->fixed[1] : 0,
+                  type);
+  }
   switch (t->kind) {
   case TENSOR_INPUT:
     if (t->layout != LAYOUT_DENSE && t->layout != LAYOUT_JAGGED)
@@ -224,7 +246,6 @@ static bool check_tensor(Check *c, int i) {
     if (!optim_ok(&t->optim)) return fail(c, "optimizer settings must be finite and non-negative");
     break;
   case TENSOR_VALUE:
-    if (t->layout == LAYOUT_FIXED) return fail(c, "a value is never fixed: %s", type);
     if (batched && t->width <= 0) return fail(c, "a value needs a feature dim: %s", type);
     break;
   }
@@ -233,6 +254,10 @@ static bool check_tensor(Check *c, int i) {
       return fail(c, "the value is never produced (producer %d)", t->producer);
     if (ir->nodes[t->producer].out != i)
       return fail(c, "its producer, node %d, does not write it", t->producer);
+    // Parameter gradients are the only fixed values.
+    if (t->layout == LAYOUT_FIXED && (t->dtype != DT_F32 || t->producer < ir->nforward))
+      return fail(c, "a value is fixed only as a parameter gradient, fp32 and written by a "
+                     "backward node, not %s written by node %d", type, t->producer);
   } else if (t->producer != -1) {
     return fail(c, "only values have a producer; this one names node %d", t->producer);
   }
@@ -284,9 +309,29 @@ static void arity(OpKind op, int *lo, int *hi) {
   case OP_ACT:
   case OP_FLATTEN: *lo = *hi = 1; return;
   case OP_CONCAT:
-  case OP_DOT_INTERACT: *lo = 2, *hi = IR_MAX_INPUTS; return;
+  case OP_DOT_INTERACT: *lo = 2, *hi = IR_MAX_PARTS; return;
   case OP_STACK:
-  case OP_LOSS_SUM: *lo = 1, *hi = IR_MAX_INPUTS; return;
+  case OP_LOSS_SUM: *lo = 1, *hi = IR_MAX_PARTS; return;
+  case OP_SCALE:
+  case OP_SLICE:
+  case OP_UNSTACK:
+  case OP_UNFLATTEN:
+  case OP_REDUCE_ROWS: *lo = *hi = 1; return;
+  case OP_ACT_BWD:
+  case OP_LINEAR_BWD_X:
+  case OP_LINEAR_BWD_W:
+  case OP_RMSNORM_BWD_GAIN:
+  case OP_LAYERNORM_BWD_GAIN:
+  case OP_BCE_BWD:
+  case OP_EMBED_POOL_BWD: *lo = *hi = 2; return;
+  case OP_RMSNORM_BWD_X:
+  case OP_LAYERNORM_BWD_X: *lo = *hi = 3; return;
+  case OP_LINEAR_ACT_BWD: *lo = 3, *hi = 4; return;
+  case OP_DOT_INTERACT_BWD: *lo = 3, *hi = IR_MAX_PARTS + 1; return;
+  case OP_ATTENTION_BWD_Q:
+  case OP_ATTENTION_BWD_K:
+  case OP_ATTENTION_BWD_V: *lo = *hi = 4; return;
+  case OP_TABLE_GRAD: *lo = 3, *hi = IR_MAX_INPUTS; return;
   case OP_COUNT: break;
   }
   *lo = *hi = 0;
@@ -390,6 +435,7 @@ static bool check_linear(Check *c, const Node *n) {
   int64_t width = in(c, n, 1)->fixed[1];
   if (n->nins == 3 && !param(c, n, 2, "the bias", 1, width, -1)) return false;
   if ((int)n->act < 0 || n->act >= ACT_COUNT) return fail(c, "unknown act %d", (int)n->act);
+  if (n->act == ACT_SOFTMAX) return fail(c, "softmax is not pointwise; linear cannot fuse it");
   return output_like(c, n, x, width);
 }
 
@@ -406,10 +452,25 @@ static bool check_act(Check *c, const Node *n) {
   if (!feature(c, n, 0, "x")) return false;
   if ((int)n->act <= ACT_NONE || n->act >= ACT_COUNT)
     return fail(c, "an act node needs an activation other than none");
+  if (n->act == ACT_SOFTMAX)
+    return fail(c, "softmax is not pointwise; an act node cannot apply it");
   return output_like(c, n, in(c, n, 0), in(c, n, 0)->width);
 }
 
+// A fixed value: a parameter gradient, which `add` accumulates.
+static bool is_param_grad(const Tensor *t) {
+  return t->kind == TENSOR_VALUE && t->layout == LAYOUT_FIXED;
+}
+
 static bool check_elementwise(Check *c, const Node *n) {
+  if (n->op == OP_ADD && is_param_grad(in(c, n, 0)) && is_param_grad(in(c, n, 1))) {
+    if (!same_shape(in(c, n, 0), in(c, n, 1))) {
+      char a[128], b[128];
+      return fail(c, "a and b must have one shape, not %s and %s",
+                  type_of(c->ir, n->ins[0], a, sizeof a), type_of(c->ir, n->ins[1], b, sizeof b));
+    }
+    return output_shape(c, n, in(c, n, 0));
+  }
   if (!feature(c, n, 0, "a") || !feature(c, n, 1, "b")) return false;
   if (!same_shape(in(c, n, 0), in(c, n, 1))) {
     char a[128], b[128];
@@ -471,7 +532,9 @@ static bool check_dot_interact(Check *c, const Node *n) {
   return output_dense(c, n, (int64_t)n->nins * (n->nins - 1) / 2);
 }
 
-static bool check_attention(Check *c, const Node *n) {
+// q, k, v (inputs 0-2) and the attributes of an attention node or of one of its backward ops;
+// *o gets the shape of the forward output.
+static bool attention_operands(Check *c, const Node *n, Tensor *o) {
   if ((int)n->shape < 0 || n->shape > ATTN_PFFN)
     return fail(c, "unknown attention shape %d", (int)n->shape);
   const char *shape = attn_shape_name(n->shape);
@@ -525,13 +588,21 @@ static bool check_attention(Check *c, const Node *n) {
                 n->mask == MASK_CAUSAL ? "mask=causal" : "window");
   if (!isfinite(n->scale)) return fail(c, "scale must be finite");
   if (n->shape == ATTN_PMA) {
-    Tensor want = {.layout = LAYOUT_SET, .jag = -1, .set_k = q->fixed[0], .width = d};
-    return output_shape(c, n, &want);
+    *o = (Tensor){.layout = LAYOUT_SET, .jag = -1, .set_k = q->fixed[0], .width = d};
+  } else {
+    *o = *q;
+    o->width = d;
   }
-  return output_like(c, n, q, d);
+  return true;
 }
 
-static bool check_bce(Check *c, const Node *n) {
+static bool check_attention(Check *c, const Node *n) {
+  Tensor o;
+  return attention_operands(c, n, &o) && output_shape(c, n, &o);
+}
+
+// bce and bce_bwd: a logit dense[B, 1] and a label.
+static bool bce_inputs(Check *c, const Node *n) {
   if (!feature(c, n, 0, "the logit")) return false;
   const Tensor *logit = in(c, n, 0), *label = in(c, n, 1);
   char type[128];
@@ -540,8 +611,12 @@ static bool check_bce(Check *c, const Node *n) {
                 type_of(c->ir, n->ins[0], type, sizeof type));
   if (label->kind != TENSOR_LABEL)
     return fail(c, "input 1 must be a label, not %s", type_of(c->ir, n->ins[1], type, sizeof type));
+  return true;
+}
+
+static bool check_bce(Check *c, const Node *n) {
   Tensor want = {.layout = LAYOUT_SCALAR, .jag = -1};
-  return output_shape(c, n, &want);
+  return bce_inputs(c, n) && output_shape(c, n, &want);
 }
 
 static bool check_loss_sum(Check *c, const Node *n) {
@@ -556,6 +631,236 @@ static bool check_loss_sum(Check *c, const Node *n) {
       return fail(c, "weight %d must be positive and finite", k);
   }
   Tensor want = {.layout = LAYOUT_SCALAR, .jag = -1};
+  return output_shape(c, n, &want);
+}
+
+// --- the backward ops (docs/autodiff.md) ---------------------------------------------------
+
+// The output's dtype is input k's: the gradient of a value has the value's dtype.
+static bool dtype_of_input(Check *c, const Node *n, int k, const char *role) {
+  DType got = c->ir->tensors[n->out].dtype, want = in(c, n, k)->dtype;
+  if (got == want) return true;
+  return fail(c, "the output dtype is %s; the gradient of %s (input %d) is %s", dtype_name(got),
+              role, k, dtype_name(want));
+}
+
+// Inputs a and b are feature tensors of one shape (dy and x of a pointwise backward op).
+static bool same_feature_shape(Check *c, const Node *n, int a, const char *ra, int b,
+                               const char *rb) {
+  if (!feature(c, n, a, ra) || !feature(c, n, b, rb)) return false;
+  if (same_shape(in(c, n, a), in(c, n, b))) return true;
+  char ta[128], tb[128];
+  return fail(c, "%s and %s must have one shape, not %s and %s", ra, rb,
+              type_of(c->ir, n->ins[a], ta, sizeof ta), type_of(c->ir, n->ins[b], tb, sizeof tb));
+}
+
+static bool output_fixed(Check *c, const Node *n, int nd, int64_t d0, int64_t d1) {
+  Tensor want = {.layout = LAYOUT_FIXED, .jag = -1, .nfixed = nd, .fixed = {d0, d1}};
+  return output_shape(c, n, &want);
+}
+
+static bool pointwise_act(Check *c, const Node *n) {
+  if (is_pointwise(n->act)) return true;
+  return fail(c, "act=%s: %s needs a pointwise activation (not none or softmax)",
+              act_name(n->act), op_name(n->op));
+}
+
+static bool check_scale(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "x")) return false;
+  if (!isfinite(n->scale)) return fail(c, "scale must be finite");
+  return output_like(c, n, in(c, n, 0), in(c, n, 0)->width);
+}
+
+static bool check_slice(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "x")) return false;
+  const Tensor *x = in(c, n, 0), *out = &c->ir->tensors[n->out];
+  if (n->start < 0 || n->start >= x->width)
+    return fail(c, "start = %" PRId64 " must be in 0..%" PRId64 " (x's width - 1)", n->start,
+                x->width - 1);
+  if (!same_rows(out, x) || out->width <= 0 || out->width > x->width - n->start) {
+    char got[128], xt[128];
+    return fail(c, "the output is %s; expected %s with a width in 1..%" PRId64,
+                type_of(c->ir, n->out, got, sizeof got), type_of(c->ir, n->ins[0], xt, sizeof xt),
+                x->width - n->start);
+  }
+  return true;
+}
+
+static bool check_unstack(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "x")) return false;
+  const Tensor *x = in(c, n, 0);
+  char type[128];
+  if (x->layout != LAYOUT_SET)
+    return fail(c, "x must be a set[B, n, d], not %s",
+                type_of(c->ir, n->ins[0], type, sizeof type));
+  if (n->start < 0 || n->start >= x->set_k)
+    return fail(c, "start = %" PRId64 " must be in 0..%" PRId64 " (the set's n - 1)", n->start,
+                x->set_k - 1);
+  return output_dense(c, n, x->width);
+}
+
+static bool check_unflatten(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "x")) return false;
+  const Tensor *x = in(c, n, 0), *out = &c->ir->tensors[n->out];
+  char type[128];
+  if (x->layout != LAYOUT_DENSE)
+    return fail(c, "x must be a dense[B, k·d], not %s",
+                type_of(c->ir, n->ins[0], type, sizeof type));
+  if (out->layout != LAYOUT_SET || out->set_k <= 0 || out->width <= 0 ||
+      out->width > x->width / out->set_k || out->set_k * out->width != x->width)
+    return fail(c, "the output is %s; expected a set[B, k, d] with k·d = %" PRId64,
+                type_of(c->ir, n->out, type, sizeof type), x->width);
+  return true;
+}
+
+static bool check_reduce_rows(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "x")) return false;
+  return output_fixed(c, n, 1, in(c, n, 0)->width, 0);
+}
+
+static bool check_act_bwd(Check *c, const Node *n) {
+  if (!same_feature_shape(c, n, 0, "dy", 1, "x") || !pointwise_act(c, n)) return false;
+  return output_like(c, n, in(c, n, 1), in(c, n, 1)->width) && dtype_of_input(c, n, 1, "x");
+}
+
+// dy, x, w [, b]: the gradient before linear's fused activation, shaped like dy.
+static bool check_linear_act_bwd(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "dy") || !feature(c, n, 1, "x")) return false;
+  const Tensor *dy = in(c, n, 0), *x = in(c, n, 1);
+  if (!param(c, n, 2, "the weight", 2, x->width, dy->width)) return false;
+  if (n->nins == 4 && !param(c, n, 3, "the bias", 1, dy->width, -1)) return false;
+  if (!same_rows(dy, x)) {
+    char a[128], b[128];
+    return fail(c, "dy and x must share one layout and leading dims, not %s and %s",
+                type_of(c->ir, n->ins[0], a, sizeof a), type_of(c->ir, n->ins[1], b, sizeof b));
+  }
+  if (!pointwise_act(c, n)) return false;
+  return output_like(c, n, dy, dy->width) && dtype_of_input(c, n, 0, "dy");
+}
+
+// dz, w fixed[d, n]: dz · wᵀ, shaped like dz with width d.
+static bool check_linear_bwd_x(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "dz")) return false;
+  const Tensor *dz = in(c, n, 0), *w = in(c, n, 1);
+  if (w->kind != TENSOR_PARAM || w->nfixed != 2 || w->fixed[1] != dz->width) {
+    char type[128];
+    return fail(c, "the weight (input 1) must be a parameter fixed[d, %" PRId64 "], not %s",
+                dz->width, type_of(c->ir, n->ins[1], type, sizeof type));
+  }
+  return output_like(c, n, dz, w->fixed[0]);
+}
+
+// x, dz: Σ_r x[r]ᵀ dz[r], fixed[d, n].
+static bool check_linear_bwd_w(Check *c, const Node *n) {
+  if (!feature(c, n, 0, "x") || !feature(c, n, 1, "dz")) return false;
+  const Tensor *x = in(c, n, 0), *dz = in(c, n, 1);
+  if (!same_rows(x, dz)) {
+    char a[128], b[128];
+    return fail(c, "x and dz must share one layout and leading dims, not %s and %s",
+                type_of(c->ir, n->ins[0], a, sizeof a), type_of(c->ir, n->ins[1], b, sizeof b));
+  }
+  return output_fixed(c, n, 2, x->width, dz->width);
+}
+
+static bool check_norm_bwd(Check *c, const Node *n) {
+  if (!same_feature_shape(c, n, 0, "dy", 1, "x")) return false;
+  if (!isfinite(n->eps) || n->eps < 0) return fail(c, "eps must be finite and non-negative");
+  const Tensor *x = in(c, n, 1);
+  if (n->op == OP_RMSNORM_BWD_GAIN || n->op == OP_LAYERNORM_BWD_GAIN)
+    return output_fixed(c, n, 1, x->width, 0);
+  if (!param(c, n, 2, "the gain", 1, x->width, -1)) return false;
+  return output_like(c, n, x, x->width) && dtype_of_input(c, n, 1, "x");
+}
+
+// dy dense[B, n(n-1)/2], then x1 … xn dense[B, d]: the gradient of x_start.
+static bool check_dot_interact_bwd(Check *c, const Node *n) {
+  int parts = n->nins - 1;
+  for (int k = 1; k < n->nins; k++) {
+    if (!feature(c, n, k, "each x")) return false;
+    const Tensor *t = in(c, n, k);
+    if (t->layout != LAYOUT_DENSE || t->width != in(c, n, 1)->width) {
+      char a[128], b[128];
+      return fail(c, "x1 … xn must all be dense[B, d] with one d, not %s and %s",
+                  type_of(c->ir, n->ins[1], a, sizeof a), type_of(c->ir, n->ins[k], b, sizeof b));
+    }
+  }
+  if (!feature(c, n, 0, "dy")) return false;
+  const Tensor *dy = in(c, n, 0);
+  int64_t pairs = (int64_t)parts * (parts - 1) / 2;
+  if (dy->layout != LAYOUT_DENSE || dy->width != pairs) {
+    char type[128];
+    return fail(c, "dy must be dense[B, %" PRId64 "] for %d inputs, not %s", pairs, parts,
+                type_of(c->ir, n->ins[0], type, sizeof type));
+  }
+  if (n->start < 0 || n->start >= parts)
+    return fail(c, "start = %" PRId64 " must name one of the %d inputs (0..%d)", n->start, parts,
+                parts - 1);
+  int x = 1 + (int)n->start;
+  return output_like(c, n, in(c, n, x), in(c, n, x)->width) && dtype_of_input(c, n, x, "x_start");
+}
+
+// q, k, v, dO: dO is shaped like the forward output; the result like q (PMA: the seeds,
+// fixed[k, d]), k or v.
+static bool check_attention_bwd(Check *c, const Node *n) {
+  Tensor o;
+  if (!attention_operands(c, n, &o) || !feature(c, n, 3, "dO")) return false;
+  if (!same_shape(in(c, n, 3), &o)) {
+    char got[128], want[128];
+    o.dtype = in(c, n, 3)->dtype;
+    ir_format_type(c->ir, &o, want, sizeof want);
+    return fail(c, "dO must be shaped like the attention's output, %s, not %s", want,
+                type_of(c->ir, n->ins[3], got, sizeof got));
+  }
+  int k = n->op == OP_ATTENTION_BWD_Q ? 0 : n->op == OP_ATTENTION_BWD_K ? 1 : 2;
+  const Tensor *x = in(c, n, k);
+  if (x->layout == LAYOUT_FIXED) return output_fixed(c, n, 2, x->fixed[0], x->fixed[1]);
+  static const char *const roles[] = {"q", "k", "v"};
+  return output_like(c, n, x, x->width) && dtype_of_input(c, n, k, roles[k]);
+}
+
+static bool check_bce_bwd(Check *c, const Node *n) {
+  if (!bce_inputs(c, n)) return false;
+  if (!isfinite(n->weight) || n->weight <= 0) return fail(c, "weight must be positive and finite");
+  return output_dense(c, n, 1) && dtype_of_input(c, n, 0, "the logit");
+}
+
+// ids jagged[B, *s], dy dense[B, D]: jagged[B, *s, D] fp32.
+static bool check_embed_pool_bwd(Check *c, const Node *n) {
+  if (!ids(c, n, 0, true) || !feature(c, n, 1, "dy")) return false;
+  const Tensor *dy = in(c, n, 1);
+  if (dy->layout != LAYOUT_DENSE) {
+    char type[128];
+    return fail(c, "dy must be dense[B, D], not %s", type_of(c->ir, n->ins[1], type, sizeof type));
+  }
+  if (n->pool != POOL_SUM && n->pool != POOL_MEAN)
+    return fail(c, "pool is %d; expected sum or mean", (int)n->pool);
+  return output_like(c, n, in(c, n, 0), dy->width);
+}
+
+// table, then pairs (ids, dy): ids dense[B] with dy dense[B, D], or ids jagged[B, *s] with
+// dy jagged[B, *s, D].
+static bool check_table_grad(Check *c, const Node *n) {
+  const Tensor *table = in(c, n, 0);
+  char type[128];
+  if (table->kind != TENSOR_TABLE)
+    return fail(c, "input 0 must be a table, not %s", type_of(c->ir, n->ins[0], type, sizeof type));
+  if (n->nins % 2 == 0)
+    return fail(c, "table_grad takes a table and (ids, dy) pairs; %d inputs leave one unpaired",
+                n->nins);
+  int64_t dim = table->fixed[1];
+  for (int k = 1; k < n->nins; k += 2) {
+    if (!ids(c, n, k, false) || !feature(c, n, k + 1, "dy")) return false;
+    Tensor want = *in(c, n, k);
+    want.width = dim;
+    if (!same_shape(in(c, n, k + 1), &want)) {
+      char got[128], expect[128];
+      want.dtype = in(c, n, k + 1)->dtype;
+      ir_format_type(c->ir, &want, expect, sizeof expect);
+      return fail(c, "dy (input %d) must be %s to match its ids, not %s", k + 1, expect,
+                  type_of(c->ir, n->ins[k + 1], got, sizeof got));
+    }
+  }
+  Tensor want = {.layout = LAYOUT_ROWS, .jag = -1, .table = n->ins[0], .width = dim};
   return output_shape(c, n, &want);
 }
 
@@ -581,6 +886,24 @@ static bool check_schedule(Check *c, const Node *n) {
   if (s->zigzag < 0 || s->zigzag > 2) return fail(c, "zigzag = %d is not on or off", s->zigzag);
   if (s->gelu_taylor < 0 || s->gelu_taylor > 2)
     return fail(c, "gelu = %d is not taylor or exact", s->gelu_taylor);
+  return true;
+}
+
+// A backward op's output: parameter and table gradients (fixed, rows) and embed_pool_bwd's
+// per-id rows are fp32; other gradients are stored in fp32, bf16 or fp16 (their value's
+// dtype, which the op checks compare with an input where one has it).
+static bool check_backward_dtype(Check *c, const Node *n) {
+  const Tensor *out = &c->ir->tensors[n->out];
+  bool fp32 = out->layout == LAYOUT_FIXED || out->layout == LAYOUT_ROWS ||
+              n->op == OP_EMBED_POOL_BWD;
+  if (fp32 && out->dtype != DT_F32)
+    return fail(c, "the output dtype is %s; %s gives fp32", dtype_name(out->dtype),
+                out->layout == LAYOUT_FIXED  ? "a parameter gradient"
+                : out->layout == LAYOUT_ROWS ? "a table gradient"
+                                             : "embed_pool_bwd");
+  if (!is_storage_float(out->dtype))
+    return fail(c, "the output dtype is %s; a gradient is stored in fp32, bf16 or fp16",
+                dtype_name(out->dtype));
   return true;
 }
 
@@ -618,6 +941,13 @@ static bool check_node(Check *c, int i) {
       return fail(c, "input %d is produced by node %d, not by an earlier node (topological order)",
                   k, t->producer);
   }
+  // Sections: backward ops after the `backward` line; the loss before it.
+  if (op_is_backward(n->op) && i < ir->nforward)
+    return fail(c, "%s is a backward op; it belongs after the backward line (node %d on)",
+                op_name(n->op), ir->nforward);
+  if ((n->op == OP_BCE || n->op == OP_LOSS_SUM) && i >= ir->nforward)
+    return fail(c, "%s computes the loss; it belongs before the backward line (nodes 0..%d)",
+                op_name(n->op), ir->nforward - 1);
 
   bool ok = true;
   switch (n->op) {
@@ -637,6 +967,26 @@ static bool check_node(Check *c, int i) {
   case OP_ATTENTION: ok = check_attention(c, n); break;
   case OP_BCE: ok = check_bce(c, n); break;
   case OP_LOSS_SUM: ok = check_loss_sum(c, n); break;
+  case OP_SCALE: ok = check_scale(c, n); break;
+  case OP_SLICE: ok = check_slice(c, n); break;
+  case OP_UNSTACK: ok = check_unstack(c, n); break;
+  case OP_UNFLATTEN: ok = check_unflatten(c, n); break;
+  case OP_REDUCE_ROWS: ok = check_reduce_rows(c, n); break;
+  case OP_ACT_BWD: ok = check_act_bwd(c, n); break;
+  case OP_LINEAR_ACT_BWD: ok = check_linear_act_bwd(c, n); break;
+  case OP_LINEAR_BWD_X: ok = check_linear_bwd_x(c, n); break;
+  case OP_LINEAR_BWD_W: ok = check_linear_bwd_w(c, n); break;
+  case OP_RMSNORM_BWD_X:
+  case OP_RMSNORM_BWD_GAIN:
+  case OP_LAYERNORM_BWD_X:
+  case OP_LAYERNORM_BWD_GAIN: ok = check_norm_bwd(c, n); break;
+  case OP_DOT_INTERACT_BWD: ok = check_dot_interact_bwd(c, n); break;
+  case OP_ATTENTION_BWD_Q:
+  case OP_ATTENTION_BWD_K:
+  case OP_ATTENTION_BWD_V: ok = check_attention_bwd(c, n); break;
+  case OP_BCE_BWD: ok = check_bce_bwd(c, n); break;
+  case OP_EMBED_POOL_BWD: ok = check_embed_pool_bwd(c, n); break;
+  case OP_TABLE_GRAD: ok = check_table_grad(c, n); break;
   case OP_COUNT: break;
   }
   if (!ok) return false;
@@ -648,6 +998,7 @@ static bool check_node(Check *c, int i) {
       return fail(c, "prec=%s is legal only on ops with a matmul (linear, dot_interact, "
                   "attention)", dtype_name(n->prec));
   }
+  if (op_is_backward(n->op)) return check_backward_dtype(c, n) && check_schedule(c, n);
   DType want = stored_dtype(n);
   if (out->dtype != want) {
     if (op_has_attr(n->op, ATTR_PREC))
@@ -657,6 +1008,44 @@ static bool check_node(Check *c, int i) {
                 op_name(n->op));
   }
   return check_schedule(c, n);
+}
+
+// Each record pairs a parameter or table, at most once, with a value a backward node writes:
+// fp32 and shaped like the parameter, or rows[U_t, D] of that table.
+static bool check_grads(Check *c) {
+  const Ir *ir = c->ir;
+  bool *seen = calloc((size_t)ir->ntensors + 1, sizeof *seen);
+  if (!seen) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  bool ok = true;
+  for (int i = 0; i < ir->ngrads && ok; i++) {
+    int p = ir->grads[i].param, g = ir->grads[i].grad;
+    char pr[300], gr[300], type[128];
+    put_ref(pr, sizeof pr, ir, p);
+    put_ref(gr, sizeof gr, ir, g);
+    if (p < 0 || p >= ir->ntensors || g < 0 || g >= ir->ntensors) {
+      ok = fail(c, "grad %d (%s = %s): a tensor index is out of range", i, pr, gr);
+      break;
+    }
+    const Tensor *param = &ir->tensors[p], *grad = &ir->tensors[g];
+    type_of(ir, g, type, sizeof type);
+    if (param->kind != TENSOR_PARAM && param->kind != TENSOR_TABLE)
+      ok = fail(c, "grad %d (%s = %s): %s is not a parameter or table", i, pr, gr, pr);
+    else if (seen[p])
+      ok = fail(c, "grad %d (%s = %s): %s already has a gradient", i, pr, gr, pr);
+    else if (grad->kind != TENSOR_VALUE || grad->producer < ir->nforward)
+      ok = fail(c, "grad %d (%s = %s): the gradient must be a value a backward node writes", i,
+                pr, gr);
+    else if (param->kind == TENSOR_PARAM &&
+             (grad->layout != LAYOUT_FIXED || !same_shape(grad, param) || grad->dtype != DT_F32))
+      ok = fail(c, "grad %d (%s = %s): the gradient is %s; expected fp32 shaped like %s", i, pr,
+                gr, type, pr);
+    else if (param->kind == TENSOR_TABLE && (grad->layout != LAYOUT_ROWS || grad->table != p))
+      ok = fail(c, "grad %d (%s = %s): the gradient is %s; expected fp32 rows[U_%s, %" PRId64
+                "]", i, pr, gr, type, param->name, param->fixed[1]);
+    seen[p] = true;
+  }
+  free(seen);
+  return ok;
 }
 
 bool ir_verify(const Ir *ir, char *why, size_t why_size) {
@@ -680,6 +1069,9 @@ bool ir_verify(const Ir *ir, char *why, size_t why_size) {
     c.tensor = ir->loss;
     if (loss->kind != TENSOR_VALUE || loss->layout != LAYOUT_SCALAR || loss->dtype != DT_F32)
       return fail(&c, "the loss must be an fp32 scalar[] value");
+    if (loss->producer >= ir->nforward)
+      return fail(&c, "the loss must be written by a forward node, not node %d", loss->producer);
+    c.tensor = -1;
   }
-  return true;
+  return check_grads(&c);
 }

@@ -10,7 +10,9 @@
 
 #include "arena.h"          // defines: Arena, arena_free
 #include "ast.h"            // defines: Model, ast_print
+#include "autodiff.h"       // defines: autodiff
 #include "cli.h"            // defines: CliOptions, cli_parse, cli_print_help
+#include "commands.h"       // defines: cmd_train, cmd_data
 #include "diag.h"           // defines: Diag, SourceFile, source_read
 #include "internal_error.h" // defines: GEMC_EXIT_*, GEMC_ASSERT
 #include "ir.h"             // defines: Ir, ir_init, ir_print
@@ -36,6 +38,7 @@ static bool run_front_end(const CliOptions *o, const SourceFile *src, Arena *are
   if (!sema_lower(m, o->arch, d, &ir) || d->errors > 0) return false;
   if (!passes_run(&ir, d, o->dump_after, o->dump_after ? out : NULL) || d->errors > 0)
     return false;
+  if (o->grad && (!autodiff(&ir, d) || d->errors > 0)) return false;
   if (out && !o->dump_after) ir_print(out, &ir);
   return true;
 }
@@ -134,6 +137,8 @@ int main(int argc, char **argv) {
   case CMD_VERSION: cli_print_version(stdout); break;
   case CMD_CHECK: rc = run_check(&o); break;
   case CMD_IR: rc = run_ir(&o); break;
+  case CMD_TRAIN: rc = cmd_train(&o); break;
+  case CMD_DATA: rc = cmd_data(&o); break;
   }
   cli_free(&o);
 

@@ -1,7 +1,8 @@
 // passes.c: the flat list of IR passes, and the driver that runs them in order, verifies the
 // IR after each one, and prints it after the pass --dump-after names.
 //   lower  sema_lower ran before passes_run; this entry verifies its IR and names it
-//   dce    removes nodes, parameters and tables whose values do not reach the loss
+//   dce    removes nodes, parameters and tables whose values do not reach the loss (or,
+//          after autodiff, a recorded gradient)
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,16 +25,18 @@ static void *scratch(size_t n, size_t size) {
   return p;
 }
 
-// Walks the nodes backwards from the loss, marking what it reads; then drops every node whose
-// output is unmarked and every unmarked value, parameter and table. Inputs, labels and jagged
-// dims stay: they are the model's interface. Without a loss there is nothing to keep alive
-// for, and the pass leaves the IR alone.
+// Walks the nodes backwards from the loss and the recorded gradients (an IR that went through
+// autodiff), marking what they read; then drops every node whose output is unmarked and
+// every unmarked value, parameter and table. Inputs, labels and jagged dims stay: they are
+// the model's interface. Without a loss there is nothing to keep alive for, and the pass
+// leaves the IR alone.
 static bool pass_dce(Ir *ir, Diag *d) {
   (void)d;
   if (ir->loss < 0) return true;
   bool *live = scratch((size_t)ir->ntensors, sizeof *live);
   int *new_index = scratch((size_t)ir->ntensors, sizeof *new_index);
   live[ir->loss] = true;
+  for (int g = 0; g < ir->ngrads; g++) live[ir->grads[g].param] = live[ir->grads[g].grad] = true;
   for (int i = ir->nnodes - 1; i >= 0; i--) {
     const Node *n = &ir->nodes[i];
     if (!live[n->out]) continue;
@@ -51,8 +54,12 @@ static bool pass_dce(Ir *ir, Diag *d) {
     }
   }
   ir->ntensors = kept;
+  for (int t = 0; t < kept; t++) {
+    Tensor *x = &ir->tensors[t];
+    if (x->layout == LAYOUT_ROWS) x->table = new_index[x->table];
+  }
 
-  int nodes = 0;
+  int nodes = 0, nforward = 0;
   for (int i = 0; i < ir->nnodes; i++) {
     Node n = ir->nodes[i];
     if (new_index[n.out] < 0) continue;
@@ -60,9 +67,15 @@ static bool pass_dce(Ir *ir, Diag *d) {
     for (int k = 0; k < n.nins; k++) n.ins[k] = new_index[n.ins[k]];
     ir->tensors[n.out].producer = nodes;
     ir->nodes[nodes++] = n;
+    if (i < ir->nforward) nforward = nodes;
   }
   ir->nnodes = nodes;
+  ir->nforward = nforward;
   ir->loss = new_index[ir->loss];
+  for (int g = 0; g < ir->ngrads; g++) {
+    ir->grads[g].param = new_index[ir->grads[g].param];
+    ir->grads[g].grad = new_index[ir->grads[g].grad];
+  }
   free(live);
   free(new_index);
   ir_reindex(ir);

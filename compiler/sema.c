@@ -89,6 +89,7 @@ const char *sema_shape(Sema *S, int i) {
                           : sema_fmt(S, "fixed[%" PRId64 ", %" PRId64 "]", t->fixed[0],
                                      t->fixed[1]);
   case LAYOUT_SCALAR: return "scalar[]";
+  case LAYOUT_ROWS: break;  // table gradients; sema never makes one
   }
   return "?";
 }

@@ -6,7 +6,7 @@
 
 #include "sema_internal.h"  // defines: Sema, Call, sema_* helpers
 
-enum { MAX_TERMS = IR_MAX_INPUTS };
+enum { MAX_TERMS = IR_MAX_PARTS };
 
 // The label named by bce's second argument; -1 after reporting.
 static int bce_label(Sema *S, const Expr *e) {

@@ -475,6 +475,18 @@ static int lower_embed(Sema *S, Call *c) {
     if (owner && owner->kind == SYM_INPUT && owner->decl->input == INPUT_MULTIHOT)
       pooled = true;  // a bag of ids is always pooled; sum unless said otherwise
   }
+  // The table's gradient is one table_grad node, which takes at most so many lookups.
+  int lookups = 0;
+  for (int i = 0; i < S->ir->nnodes; i++) {
+    const Node *e = &S->ir->nodes[i];
+    if ((e->op == OP_EMBED || e->op == OP_EMBED_POOL) && e->ins[0] == table) lookups++;
+  }
+  if (lookups >= IR_MAX_TABLE_LOOKUPS) {
+    diag_error(S->d, c->arg[0]->value->loc, "table '%s' is looked up more than %d times; its "
+               "gradient supports at most %d lookups of one table", sema_tensor(S, table)->name,
+               IR_MAX_TABLE_LOOKUPS, IR_MAX_TABLE_LOOKUPS);
+    return -1;
+  }
   int64_t dim = sema_tensor(S, table)->fixed[1];
   sema_call_begin(S, c);
   int out = pooled ? sema_value(S, c->out, LAYOUT_DENSE, -1, 0, dim, c->value_dtype, c->e->loc)

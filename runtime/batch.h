@@ -1,7 +1,8 @@
 // batch.h: what a model reads per step. The schema lists the model's inputs as the data layer
 // sees them; a batch holds one step's worth of them, jagged features as values plus offsets,
 // never padded.
-// defines: Feature, Schema, schema_from_ir, Batch, batch_alloc, batch_free
+// defines: Feature, Schema, schema_from_ir, Batch, batch_alloc, batch_free, batch_validate,
+//          batch_copy
 #ifndef GEMC_BATCH_H
 #define GEMC_BATCH_H
 
@@ -26,6 +27,7 @@ typedef struct Feature {
   int64_t max_len;     // jagged: the dim's max length
   int64_t id_limit;    // ids: every id must be < id_limit (the fewest rows of the tables it
                        // is looked up in); 0 when it feeds no table
+  const char *id_table;  // ids: the table with id_limit rows (for messages); NULL when none
 } Feature;
 
 typedef struct Schema {
@@ -61,6 +63,26 @@ void batch_alloc(Batch *b, const Schema *s, int64_t B);
 void batch_reserve(Batch *b, int f, int64_t n);
 void batch_free(Batch *b);
 // Checks every invariant above against the schema; on failure writes why and returns false.
+// Messages name the example ("example 17: ...").
 bool batch_validate(const Batch *b, const Schema *s, char *why, size_t why_size);
+// The same, numbering the examples from `first` (example k of the batch is `first + k`), for
+// callers that hold a window of a longer stream (a chunk of a data file).
+bool batch_validate_from(const Batch *b, const Schema *s, int64_t first, char *why,
+                         size_t why_size);
+// Only the offsets and totals part of batch_validate_from (for a reader that checks the
+// offsets before it trusts them to size the values).
+bool batch_validate_offsets(const Batch *b, const Schema *s, int64_t first, char *why,
+                            size_t why_size);
+
+// Copies examples [src_first, src_first + n) of `src` to examples [dst_first, dst_first + n)
+// of `dst` (both for the same schema). Examples [0, dst_first) of dst must be filled already:
+// their offsets are where the copies go. Sets dst's offsets up to dst_first + n and its totals
+// to offsets[j][dst_first + n], growing its buffers as needed.
+void batch_copy(const Schema *s, Batch *dst, int64_t dst_first, const Batch *src,
+                int64_t src_first, int64_t n);
+
+// Describes a feature's type for messages: "ids, one per position of *history", "fp32[4] per
+// example", "label"; `jag_name` names its jagged dim (unused when it has none).
+void feature_describe(const Feature *f, const char *jag_name, char *buf, size_t size);
 
 #endif

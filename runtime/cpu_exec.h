@@ -24,8 +24,9 @@ typedef struct CpuExec CpuExec;
 CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode);
 void cpu_exec_free(CpuExec *x);
 
-// Deterministic initialization from `seed`: tables N(0, 1/sqrt(D))... see cpu_exec.c for each
-// kind (weights: uniform +-sqrt(6/(fan_in+fan_out)); biases 0; gains 1; PMA seeds N(0, 0.02²)).
+// Deterministic initialization from `seed` (cpu_init.c, docs/executor.md): tables uniform with
+// mean 0 and standard deviation 1/sqrt(D); weights uniform +-sqrt(6/(fan_in+fan_out)); biases
+// 0; gains 1; PMA seeds N(0, 0.02²). Each tensor has its own stream, keyed by its name.
 void cpu_exec_init_params(CpuExec *x, uint64_t seed);
 
 // Binds one batch (its sizes and data); the batch must outlive the next forward/backward.

@@ -30,9 +30,9 @@ int64_t datafile_examples(const DataReader *r);  // total examples in the file
 bool datafile_read(DataReader *r, int64_t first, Batch *b, char *err, size_t err_size);
 void datafile_close_reader(DataReader *r);
 
-// gemc data convert: a TSV or CSV file (by extension, or `sep`), first line the column names
-// (every input and label of the model; extra columns are an error), id lists as
-// space-separated integers, float vectors as space-separated reals.
+// gemc data convert: a TSV or CSV file (`sep`; 0: a comma for *.csv, else a tab), first line
+// the column names (every input and label of the model; extra columns are an error), id lists
+// as space-separated integers, float vectors as space-separated reals.
 bool datafile_convert(const char *in_path, const char *out_path, const Schema *s, char sep,
                       char *err, size_t err_size);
 

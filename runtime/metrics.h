@@ -16,6 +16,8 @@ typedef struct Metrics {
   int64_t cap;
 } Metrics;
 
+// metrics_reset makes *m empty without freeing (use it to initialize); metrics_free frees the
+// kept predictions and leaves *m empty and reusable. Labels may be soft (in [0, 1]).
 void metrics_reset(Metrics *m);
 void metrics_free(Metrics *m);
 // Adds n predictions (probabilities in [0,1], clamped to [1e-7, 1-1e-7] for the log) and labels.

@@ -5,7 +5,9 @@
 //   mxfp8:      OCP MX v1.0: blocks of 32 along the reduction dim share an E8M0 scale
 //               2^(floor(log2(amax)) - 8); elements E4M3, saturating
 //   gelu_taylor: the 6th-order series 0.5x + x^2/sqrt(2pi) - x^4/(6 sqrt(2pi)) + x^6/(40 sqrt(2pi))
-// defines: round_bf16, round_fp16, e4m3_round, fp8_quantize, mxfp8_quantize, act_forward, act_grad
+// defines: round_bf16, round_fp16, e4m3_round, fp8_quantize, mxfp8_quantize, act_forward, act_grad,
+//          bf16/fp16/e4m3 _encode and _decode
+// The exact rules, and the gelu_taylor error table, are in docs/numerics.md.
 #ifndef GEMC_NUMERICS_H
 #define GEMC_NUMERICS_H
 
@@ -18,6 +20,15 @@ float round_bf16(float x);
 float round_fp16(float x);
 // The nearest E4M3 value to x (ties to even), saturated to +-448; NaN stays NaN.
 float e4m3_round(float x);
+// The bit patterns behind the roundings, for kernels and tests that hold real 16/8-bit data:
+// encode rounds (as above) and returns the bits; decode is exact. NaN encodes as a quiet NaN.
+uint16_t bf16_encode(float x);
+float bf16_decode(uint16_t h);
+uint16_t fp16_encode(float x);
+float fp16_decode(uint16_t h);
+uint8_t e4m3_encode(float x);  // S.EEEE.MMM; NaN is S.1111.111
+float e4m3_decode(uint8_t c);
+
 // Rounds x to what a tensor stored in `t` holds (fp32, fp64, i64: unchanged; bf16, fp16:
 // rounded; fp8 and mxfp8 values are stored as bf16).
 float round_to_dtype(float x, DType t);

@@ -3,6 +3,8 @@
 # expectation next to it:
 #   NAME.ir   `gemc ir NAME.gem` exits 0 and prints exactly this on stdout
 #   NAME.ast  `gemc ir --emit=ast NAME.gem` exits 0 and prints exactly this on stdout
+#   NAME.grad `gemc ir --grad NAME.gem` exits 0 and prints exactly this on stdout (the forward
+#             and backward graph, docs/autodiff.md)
 #   NAME.err  `gemc check NAME.gem` prints exactly this on stderr, and exits 1 when it holds
 #             an error (0 when it holds only warnings and notes)
 # Run from anywhere; paths are relative to the repository root so messages are stable.
@@ -10,7 +12,8 @@
 #   tests/golden/run.sh [GEMC] [--update] [NAME...]
 #     GEMC      the compiler to test (default build/gemc)
 #     --update  rewrite the expectations from what gemc prints now, and create one for a
-#               new NAME.gem (.err if check fails, else .ir); review the diff!
+#               new NAME.gem (.err if check fails, else .grad for grad_*, else .ir); review
+#               the diff!
 #     NAME      run only these cases
 set -u
 
@@ -20,7 +23,7 @@ only=""
 for arg in "$@"; do
   case "$arg" in
     --update) update=1 ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     /*) gemc=$arg ;;
     */*) gemc=$PWD/$arg ;;
     *) only="$only $arg" ;;
@@ -88,6 +91,11 @@ for gem in tests/golden/*.gem; do
     "$gemc" ir --emit=ast "$gem" >"$tmp/stdout" 2>"$tmp/stderr"
     compare "$base" ast "$name.ast" "$tmp/stdout" $? 0
   fi
+  if [ -f "$name.grad" ]; then
+    found=1
+    "$gemc" ir --grad "$gem" >"$tmp/stdout" 2>"$tmp/stderr"
+    compare "$base" grad "$name.grad" "$tmp/stdout" $? 0
+  fi
   if [ -f "$name.err" ]; then
     found=1
     "$gemc" check "$gem" >"$tmp/stdout" 2>"$tmp/stderr"
@@ -102,6 +110,8 @@ for gem in tests/golden/*.gem; do
     if "$gemc" check "$gem" >/dev/null 2>"$tmp/stderr"; then
       if [ -s "$tmp/stderr" ]; then
         cp "$tmp/stderr" "$name.err" && echo "golden: created $name.err (warnings)"
+      elif [ "${base#grad_}" != "$base" ]; then
+        "$gemc" ir --grad "$gem" >"$name.grad" 2>/dev/null && echo "golden: created $name.grad"
       else
         "$gemc" ir "$gem" >"$name.ir" 2>/dev/null && echo "golden: created $name.ir"
       fi
@@ -109,12 +119,12 @@ for gem in tests/golden/*.gem; do
       cp "$tmp/stderr" "$name.err" && echo "golden: created $name.err"
     fi
   elif [ "$found" = 0 ]; then
-    report "$base" gem 0 "no expectation: add $base.ir, $base.ast or $base.err"
+    report "$base" gem 0 "no expectation: add $base.ir, $base.ast, $base.grad or $base.err"
   fi
 done
 
 # An expectation whose .gem is gone is a test that silently stopped running.
-for exp in tests/golden/*.ir tests/golden/*.ast tests/golden/*.err; do
+for exp in tests/golden/*.ir tests/golden/*.ast tests/golden/*.grad tests/golden/*.err; do
   [ -e "$exp" ] || continue
   if [ ! -f "${exp%.*}.gem" ]; then
     report "$(basename "${exp%.*}")" "${exp##*.}" 0 "expectation without ${exp%.*}.gem"

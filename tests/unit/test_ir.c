@@ -431,8 +431,12 @@ static void test_ir_name_tables(void **state) {
     OpKind back;
     assert_true(op_from_name(op_name((OpKind)o), &back));
     assert_int_equal(back, o);
-    assert_int_equal(op_has_matmul((OpKind)o),
-                     o == OP_LINEAR || o == OP_DOT_INTERACT || o == OP_ATTENTION);
+    bool matmul = o == OP_LINEAR || o == OP_DOT_INTERACT || o == OP_ATTENTION ||
+                  o == OP_LINEAR_ACT_BWD || o == OP_LINEAR_BWD_X || o == OP_LINEAR_BWD_W ||
+                  o == OP_DOT_INTERACT_BWD || o == OP_ATTENTION_BWD_Q ||
+                  o == OP_ATTENTION_BWD_K || o == OP_ATTENTION_BWD_V;
+    assert_int_equal(op_has_matmul((OpKind)o), matmul);
+    assert_int_equal(op_is_backward((OpKind)o), o >= OP_SLICE);
   }
   assert_string_equal(op_name(OP_DOT_INTERACT), "dot_interact");
   assert_string_equal(op_name(OP_COUNT), "?");
@@ -837,6 +841,23 @@ static void test_ir_read_accepts_the_base(void **state) {
 static void test_ir_read_errors(void **state) {
   (void)state;
   assert_read_error("%y : fp32 dense[B, 8] = frobnicate %x\n", "8:25", "unknown op 'frobnicate'");
+  assert_read_error("backward\nbackward\n", "9:1", "duplicate 'backward' line");
+  assert_read_error("backward now\n", "8:10", "expected end of line, found 'now'");
+  assert_read_error("grad @w %x\n", "8:9", "expected '=', found '%'");
+  assert_read_error("grad @w = %nope\n", "8:11", "unknown tensor %nope");
+  assert_read_error("grad %w = %x\n", "8:6", "%w is spelled @w");
+  assert_read_error("%g : fp32 rows[U_nope, 8] = table_grad @w\n", "8:16",
+                    "unknown table 'nope' in U_nope");
+  assert_read_error("%g : fp32 rows[U_w, 8] = table_grad @w\n", "8:16",
+                    "unknown table 'w' in U_w");
+  assert_read_error("%g : fp32 rows[w, 8] = table_grad @w\n", "8:16",
+                    "expected 'U_' and a table name, found 'w'");
+  assert_read_error("%y : fp32 dense[B, 8] = slice %x {start=x}\n", "8:41",
+                    "expected an integer, found 'x'");
+  assert_read_error("%y : fp32 dense[B, 8] = slice %x {start=0, prec=fp32}\n", "8:44",
+                    "op slice has no attribute 'prec'");
+  assert_read_error("%y : fp32 dense[B, 1] = bce_bwd %x, %x\n", "8:39",
+                    "op bce_bwd needs the attribute 'weight'");
   assert_read_error("%y : fp32 dense[B, 8] = linear %x, @nope {act=none, prec=fp32}\n", "8:36",
                     "unknown tensor @nope");
   assert_read_error("%y : fp32 dense[B, 8] = linear %x, %w {act=none, prec=fp32}\n", "8:36",
@@ -882,8 +903,9 @@ static void test_ir_read_errors(void **state) {
   assert_read_error("%y : fp32 dense[B, 8] = act %x {act=relu, prec=fp32\n", "8:52",
                     "expected '}', found end of line");
   assert_read_error("%y : fp32 dense[B, 8] = concat %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, "
-                    "%x, %x, %x, %x, %x, %x {prec=fp32}\n",
-                    "8:96", "more than 16 inputs");
+                    "%x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, %x, "
+                    "%x, %x, %x, %x {prec=fp32}\n",
+                    "8:160", "more than 32 inputs");
   assert_read_error("%y : fp32 dense[B, 8] = act %x {act=relu, prec=fp32, zigzag=sideways}\n",
                     "8:61", "expected on or off");
   // Missing header lines are reported at 1:1.
@@ -1027,7 +1049,7 @@ typedef struct Rule {
   X(table_optim, "a table's optimizer is rowwise_adagrad or sgd",                              \
     tensor(ir, "items")->optim.kind = OPTIM_ADAMW)                                             \
   X(table_optim_finite, "finite and non-negative", tensor(ir, "items")->optim.eps = -1)        \
-  X(value_fixed, "a value is never fixed", tensor(ir, "s")->layout = LAYOUT_FIXED;             \
+  X(value_fixed, "a value is fixed only as a parameter gradient", tensor(ir, "s")->layout = LAYOUT_FIXED;             \
     tensor(ir, "s")->nfixed = 1; tensor(ir, "s")->fixed[0] = 8)                                \
   X(value_width, "a value needs a feature dim", tensor(ir, "s")->width = 0)                    \
   X(value_produced, "the value is never produced",                                             \
@@ -1207,6 +1229,166 @@ static void test_ir_verify_accepts_no_loss_and_empty(void **state) {
   assert_verifies(&b.ir);
   assert_round_trip(&b.ir);
   arena_free(&b.arena);
+}
+
+// --- the backward section -------------------------------------------------------------------
+// build_full plus a hand-written backward for its output layer: a bce_bwd seed, the linear's
+// gradients, a slice of the concat, an unflatten, a dot_interact_bwd and a table_grad, with
+// two gradient records.
+
+static void build_with_backward(Ir *ir, Arena *a) {
+  build_full(ir, a);
+  assert_int_equal(ir->nforward, ir->nnodes);
+  ir_begin_backward(ir);
+  Node seed = op(OP_BCE_BWD, 2, idx(ir, "y"), idx(ir, "click"));
+  seed.weight = 0.5;
+  int dy = emit(ir, "y.grad", with_dtype(dense(1), DT_BF16), seed);
+  Node dw = op(OP_LINEAR_BWD_W, 2, idx(ir, "z"), dy);
+  dw.prec = DT_MXFP8;
+  Tensor wgrad = {.layout = LAYOUT_FIXED, .jag = -1, .nfixed = 2, .fixed = {27, 1},
+                  .dtype = DT_F32};
+  int w_grad = emit(ir, "y.w.grad", wgrad, dw);
+  Node dx = op(OP_LINEAR_BWD_X, 2, dy, idx(ir, "y.w"));
+  dx.prec = DT_MXFP8;
+  int z_grad = emit(ir, "z.grad", dense(27), dx);
+  Node sl = op(OP_SLICE, 1, z_grad);
+  int fl_grad = emit(ir, "fl.grad", dense(16), sl);
+  emit(ir, "p.grad", set(2, 8), op(OP_UNFLATTEN, 1, fl_grad));
+  sl.start = 16;
+  int di_grad = emit(ir, "di.grad", dense(3), sl);
+  Node dib = op(OP_DOT_INTERACT_BWD, 4, di_grad, idx(ir, "a"), idx(ir, "t"), idx(ir, "d"));
+  int a_grad = emit(ir, "a.grad", dense(8), dib);
+  Tensor rows = {.layout = LAYOUT_ROWS, .jag = -1, .table = idx(ir, "items"), .width = 8,
+                 .dtype = DT_F32};
+  int items_grad = emit(ir, "items.grad", rows,
+                        op(OP_TABLE_GRAD, 3, idx(ir, "items"), idx(ir, "ad"), a_grad));
+  ir_add_grad(ir, idx(ir, "items"), items_grad);
+  ir_add_grad(ir, idx(ir, "y.w"), w_grad);
+}
+
+static void test_ir_backward_section_prints_and_reads_back(void **state) {
+  (void)state;
+  Arena a = {0};
+  Ir ir;
+  build_with_backward(&ir, &a);
+  assert_int_equal(ir.nforward, 26);
+  assert_int_equal(ir.nnodes, 34);
+  assert_verifies(&ir);
+  assert_round_trip(&ir);
+  assert_int_equal(ir_grad_of(&ir, idx(&ir, "y.w")), idx(&ir, "y.w.grad"));
+  assert_int_equal(ir_grad_of(&ir, idx(&ir, "c")), -1);
+  char *text = print_text(&ir);
+  assert_non_null(strstr(text, "{weights=[1]}\n\nbackward\n%y.grad : bf16 dense[B, 1] = bce_bwd "
+                               "%y, %click {weight=0.5}\n"));
+  assert_non_null(strstr(text, "\n%items.grad : fp32 rows[U_items, 8] = table_grad @items, "
+                               "%ad, %a.grad\n\nloss %loss\n\ngrad @items = %items.grad\n"
+                               "grad @y.w = %y.w.grad\n"));
+  assert_non_null(strstr(text, "\n%a.grad : fp32 dense[B, 8] = dot_interact_bwd %di.grad, %a, "
+                               "%t, %d {prec=fp32, start=0}\n"));
+  assert_non_null(strstr(text, "\n%di.grad : fp32 dense[B, 3] = slice %z.grad {start=16}\n"));
+  assert_non_null(strstr(text, "\n%p.grad : fp32 set[B, 2, 8] = unflatten %fl.grad\n"));
+  // Read back: the section boundary, the rows tensor's table and the records.
+  Arena b = {0};
+  Ir back;
+  assert_true(read_text(text, &b, &back, NULL));
+  assert_int_equal(back.nforward, 26);
+  assert_int_equal(back.ngrads, 2);
+  assert_int_equal(back.tensors[idx(&back, "items.grad")].layout, LAYOUT_ROWS);
+  assert_int_equal(back.tensors[idx(&back, "items.grad")].table, idx(&back, "items"));
+  assert_true(back.nodes[back.tensors[idx(&back, "y.grad")].producer].weight == 0.5);
+  // A node added after reading is a backward node.
+  Node more = op(OP_SCALE, 1, idx(&back, "a.grad"));
+  more.scale = 2;
+  emit(&back, "a.grad.twice", dense(8), more);
+  assert_int_equal(back.nforward, 26);
+  assert_verifies(&back);
+  free(text);
+  arena_free(&a);
+  arena_free(&b);
+}
+
+// The reader never crashes on a corrupted backward section either.
+static void test_ir_read_survives_corrupt_backward(void **state) {
+  (void)state;
+  Arena a = {0};
+  Ir ir;
+  build_with_backward(&ir, &a);
+  char *text = print_text(&ir);
+  size_t len = strlen(text);
+  char *copy = malloc(len + 1);
+  FILE *devnull = fopen("/dev/null", "w");
+  uint32_t seed = 777;
+  static const char alphabet[] = "%@*:=,[]{}\"\\;\n 0123456789.-eBU_abdgikrw";
+  size_t from = 0;  // corrupt only the backward section and what follows it
+  while (from + 10 < len && memcmp(text + from, "\nbackward\n", 10) != 0) from++;
+  assert_true(from + 10 < len);
+  int read_ok = 0;
+  for (int round = 0; round < 2000; round++) {
+    memcpy(copy, text, len + 1);
+    for (int k = 0; k < 2; k++) {
+      seed = seed * 1103515245u + 12345u;
+      size_t pos = from + (seed >> 8) % (len - from);
+      seed = seed * 1103515245u + 12345u;
+      copy[pos] = alphabet[(seed >> 8) % (sizeof alphabet - 1)];
+    }
+    Arena b = {0};
+    Ir back;
+    SourceFile f;
+    source_from_memory(&f, "bad.ir", copy, len);
+    Diag d;
+    diag_init(&d, &f, devnull);
+    if (ir_read(&f, &b, &d, &back)) {
+      read_ok++;
+      char why[512];
+      (void)ir_verify(&back, why, sizeof why);
+      ir_print(devnull, &back);
+    }
+    arena_free(&b);
+  }
+  assert_true(read_ok > 0);
+  fclose(devnull);
+  free(copy);
+  free(text);
+  arena_free(&a);
+}
+
+// dce after autodiff: backward nodes no gradient needs go (the unflatten to %p.grad, which no
+// record reads, and a dead scale); the records, the rows tensor's table and nforward follow
+// the renumbering.
+static void test_ir_dce_keeps_what_gradients_need(void **state) {
+  (void)state;
+  Arena a = {0};
+  Ir ir;
+  build_with_backward(&ir, &a);
+  Node dead = op(OP_SCALE, 1, idx(&ir, "a.grad"));
+  dead.scale = 3;
+  emit(&ir, "dead.grad", dense(8), dead);
+  table(&ir, "unused_table", 10, 8);  // shifts nothing before it, but is dropped
+  assert_verifies(&ir);
+  Diag d;
+  diag_init(&d, NULL, stderr);
+  assert_true(passes_run(&ir, &d, NULL, NULL));
+  assert_verifies(&ir);
+  assert_int_equal(ir_find_tensor(&ir, "dead.grad"), -1);
+  assert_int_equal(ir_find_tensor(&ir, "p.grad"), -1);
+  assert_int_equal(ir_find_tensor(&ir, "fl.grad"), -1);
+  assert_int_equal(ir_find_tensor(&ir, "unused_table"), -1);
+  assert_int_equal(ir.nforward, 26);
+  assert_int_equal(ir.nnodes, 32);
+  assert_int_equal(ir.tensors[idx(&ir, "items.grad")].table, idx(&ir, "items"));
+  assert_int_equal(ir_grad_of(&ir, idx(&ir, "y.w")), idx(&ir, "y.w.grad"));
+  // The same as the clean backward without the two unflatten-side nodes.
+  Arena b = {0};
+  Ir clean;
+  build_with_backward(&clean, &b);
+  assert_true(passes_run(&clean, &d, NULL, NULL));
+  char *want = print_text(&clean);
+  arena_free(&b);
+  char *got = print_text(&ir);
+  assert_string_equal(got, want);
+  free(got);
+  free(want);
+  arena_free(&a);
 }
 
 // --- dead-code elimination and the pass driver ---------------------------------------------
@@ -1424,6 +1606,9 @@ int main(void) {
       cmocka_unit_test(test_ir_read_accepts_the_base),
       cmocka_unit_test(test_ir_read_errors),
       cmocka_unit_test(test_ir_read_survives_corrupt_text),
+      cmocka_unit_test(test_ir_backward_section_prints_and_reads_back),
+      cmocka_unit_test(test_ir_read_survives_corrupt_backward),
+      cmocka_unit_test(test_ir_dce_keeps_what_gradients_need),
       cmocka_unit_test(test_ir_verify_names_the_node),
       cmocka_unit_test(test_ir_verify_accepts_no_loss_and_empty),
       cmocka_unit_test(test_ir_dce_removes_what_does_not_reach_the_loss),

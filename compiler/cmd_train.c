@@ -1,0 +1,476 @@
+// cmd_train.c: `gemc train FILE`. Parses the train options, compiles the model with its
+// backward graph, picks the backend, and runs the training loop (runtime/train_loop.c) with
+// its learning curve, checkpoints and JSON report. docs/train.md documents every option.
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"        // defines: cmd_train
+#include "internal_error.h"  // defines: GEMC_EXIT_*
+#include "load_model.h"      // defines: LoadedModel, load_model
+#include "report_json.h"     // defines: ReportRun, report_write_json
+#include "train.h"           // defines: Trainer, TrainOptions, train_loop
+
+enum { DEFAULT_STEPS = 100 };
+
+typedef enum Backend { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA } Backend;
+
+// Everything `gemc train` was asked for.
+typedef struct TrainCli {
+  const char *file;
+  Backend backend;
+  int64_t steps;
+  int64_t eval_every;  // -1: a tenth of the steps
+  int64_t save_every;
+  const char *report, *save, *resume;
+  bool seed_given, eval_examples_given, quiet, werror;
+  int live;            // --progress: -1 auto, 0 plain, 1 live
+  const char *arch;
+  TrainOptions opt;
+} TrainCli;
+
+static const char train_usage[] =
+    "usage: gemc train FILE [--backend cpu|cuda|auto] [--steps N] [--batch B] [--seed S]\n"
+    "                  [--data PATH] [--eval-every N] [--eval-examples N] [--report FILE.json]\n"
+    "                  [--save DIR] [--save-every N] [--resume DIR] [--quiet]\n"
+    "                  [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n"
+    "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
+    "                  [--id-vocab N] [--progress auto|live|plain]\n";
+
+static void print_train_help(FILE *out) {
+  fprintf(out,
+          "gemc train: train a model on synthetic data or a data file\n"
+          "\n%s\n"
+          "  --backend B        cpu, cuda or auto (default auto: the GPU when one is usable,\n"
+          "                     else the CPU executor; this build has only the CPU backend)\n"
+          "  --steps N          optimizer steps to take in this run (default %d); with --resume,\n"
+          "                     N more steps\n"
+          "  --batch B          examples per step (default: the model's batch)\n"
+          "  --seed S           parameter initialization and synthetic data (default 1)\n"
+          "  --data PATH        train on a data file (gemc data convert); the last tenth is\n"
+          "                     held out. Without it: synthetic data from a hidden teacher\n"
+          "  --eval-every N     evaluate on the held-out split every N steps (default: a tenth\n"
+          "                     of the steps; 0: only at the end); each is a learning-curve row\n"
+          "  --eval-examples N  synthetic held-out examples (default 4096, at most a tenth of\n"
+          "                     the examples the run trains on; whole batches)\n"
+          "  --report F.json    write the final metrics, the curve and every step's loss\n"
+          "  --save DIR         write a checkpoint to DIR/checkpoint.gemc at the end\n"
+          "  --save-every N     and every N steps\n"
+          "  --resume DIR       continue from DIR/checkpoint.gemc (bit-exactly on the CPU)\n"
+          "  --quiet, -q        print errors only\n"
+          "  --progress P       auto (a live line on a terminal), live or plain\n"
+          "optimizer overrides (the model's values otherwise):\n"
+          "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X   dense parameters\n"
+          "  --table-lr X, --table-eps X                               every table\n"
+          "synthetic data:\n"
+          "  --lengths D        history lengths: uniform, lognormal (default) or heavy\n"
+          "  --id-vocab N       draw ids from the first N rows of each table (default: all)\n"
+          "\n"
+          "docs/train.md describes the output, the report, checkpoints and the metrics.\n",
+          train_usage, DEFAULT_STEPS);
+}
+
+static bool usage(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool usage(FILE *err, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("gemc: error: ", err);
+  vfprintf(err, fmt, ap);
+  va_end(ap);
+  fprintf(err, "\n%stry 'gemc train --help' for more information\n", train_usage);
+  return false;
+}
+
+// --- option values ----------------------------------------------------------------------
+
+// Matches `--name=value` or `--name value` at argv[*i]: 1 and *value when it matches, 0 when
+// argv[*i] is another option, -1 when the value is missing.
+static int option_value(int argc, char **argv, int *i, const char *name, const char **value) {
+  const char *arg = argv[*i];
+  size_t len = strlen(name);
+  if (strncmp(arg, name, len) != 0) return 0;
+  if (arg[len] == '=') {
+    *value = arg + len + 1;
+    return 1;
+  }
+  if (arg[len] != '\0') return 0;
+  if (*i + 1 >= argc) return -1;
+  *value = argv[++*i];
+  return 1;
+}
+
+static bool parse_count(const char *s, int64_t min, int64_t max, int64_t *out) {
+  if (!*s || *s == '-' || *s == '+') return false;
+  errno = 0;
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (errno || *end || v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_seed(const char *s, uint64_t *out) {
+  if (!*s || *s == '-' || *s == '+') return false;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || *end) return false;
+  *out = v;
+  return true;
+}
+
+static bool parse_real(const char *s, double *out) {
+  if (!*s) return false;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+// The optimizer overrides: each names the field it sets and the range it allows.
+typedef struct RealOption {
+  const char *name;
+  size_t offset;  // into OptimOverrides
+  double min, max;
+  bool min_open;  // the value must be > min, not >= min
+  const char *range;
+} RealOption;
+
+static const RealOption real_options[] = {
+    {"--lr", offsetof(OptimOverrides, lr), 0, 1e6, true, "a number > 0"},
+    {"--beta1", offsetof(OptimOverrides, beta1), 0, 0.999999, false, "a number in [0, 1)"},
+    {"--beta2", offsetof(OptimOverrides, beta2), 0, 0.999999999, false, "a number in [0, 1)"},
+    {"--eps", offsetof(OptimOverrides, eps), 0, 1, true, "a number in (0, 1]"},
+    {"--weight-decay", offsetof(OptimOverrides, weight_decay), 0, 1e6, false, "a number >= 0"},
+    {"--table-lr", offsetof(OptimOverrides, table_lr), 0, 1e6, true, "a number > 0"},
+    {"--table-eps", offsetof(OptimOverrides, table_eps), 0, 1, true, "a number in (0, 1]"},
+};
+
+// The whole-number options: name, field, minimum, what it must be.
+typedef struct CountOption {
+  const char *name;
+  int64_t *field;
+  int64_t min;
+  const char *what;
+} CountOption;
+
+// --- parsing ----------------------------------------------------------------------------
+
+static bool parse_backend(const char *v, Backend *out) {
+  if (strcmp(v, "auto") == 0) *out = BACKEND_AUTO;
+  else if (strcmp(v, "cpu") == 0) *out = BACKEND_CPU;
+  else if (strcmp(v, "cuda") == 0) *out = BACKEND_CUDA;
+  else return false;
+  return true;
+}
+
+// Tries the options that take a value at argv[*i]. Returns 1 when one matched (and was
+// valid), 0 when none did, -1 after a usage error.
+static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
+  const char *v = NULL;
+  int got;
+  const CountOption counts[] = {
+      {"--steps", &c->steps, 0, "a whole number >= 0"},
+      {"--batch", &c->opt.batch, 1, "a whole number >= 1"},
+      {"--eval-every", &c->eval_every, 0, "a whole number >= 0"},
+      {"--eval-examples", &c->opt.eval_examples, 1, "a whole number >= 1"},
+      {"--save-every", &c->save_every, 0, "a whole number >= 0"},
+      {"--id-vocab", &c->opt.id_vocab, 1, "a whole number >= 1"},
+  };
+  for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+    if ((got = option_value(argc, argv, i, counts[k].name, &v)) == 0) continue;
+    if (got < 0) return (usage(err, "%s needs a value: %s", counts[k].name, counts[k].what), -1);
+    int64_t max = strcmp(counts[k].name, "--batch") == 0 ? (int64_t)1 << 24 : INT64_MAX / 4;
+    if (!parse_count(v, counts[k].min, max, counts[k].field))
+      return (usage(err, "%s needs %s, got '%s'", counts[k].name, counts[k].what, v), -1);
+    return 1;
+  }
+  for (size_t k = 0; k < sizeof real_options / sizeof real_options[0]; k++) {
+    const RealOption *r = &real_options[k];
+    if ((got = option_value(argc, argv, i, r->name, &v)) == 0) continue;
+    double x;
+    if (got < 0) return (usage(err, "%s needs a value: %s", r->name, r->range), -1);
+    if (!parse_real(v, &x) || x < r->min || (r->min_open && x <= r->min) || x > r->max)
+      return (usage(err, "%s needs %s, got '%s'", r->name, r->range, v), -1);
+    *(double *)(void *)((char *)&c->opt.optim + r->offset) = x;
+    return 1;
+  }
+  if ((got = option_value(argc, argv, i, "--backend", &v)) != 0) {
+    if (got < 0 || !parse_backend(v, &c->backend))
+      return (usage(err, "--backend needs cpu, cuda or auto, got '%s'", got < 0 ? "" : v), -1);
+    return 1;
+  }
+  if ((got = option_value(argc, argv, i, "--seed", &v)) != 0) {
+    if (got < 0 || !parse_seed(v, &c->opt.seed))
+      return (usage(err, "--seed needs a whole number >= 0, got '%s'", got < 0 ? "" : v), -1);
+    c->seed_given = true;
+    return 1;
+  }
+  if ((got = option_value(argc, argv, i, "--lengths", &v)) != 0) {
+    if (got < 0 || !synth_length_dist_from_name(v, &c->opt.lengths))
+      return (usage(err, "--lengths needs uniform, lognormal or heavy, got '%s'",
+                   got < 0 ? "" : v), -1);
+    return 1;
+  }
+  if ((got = option_value(argc, argv, i, "--progress", &v)) != 0) {
+    if (got < 0) v = "";
+    if (strcmp(v, "auto") == 0) c->live = -1;
+    else if (strcmp(v, "live") == 0) c->live = 1;
+    else if (strcmp(v, "plain") == 0) c->live = 0;
+    else return (usage(err, "--progress needs auto, live or plain, got '%s'", v), -1);
+    return 1;
+  }
+  const struct { const char *name; const char **field; const char *what; } paths[] = {
+      {"--data", &c->opt.data_path, "a data file"},
+      {"--report", &c->report, "a file name"},
+      {"--save", &c->save, "a directory"},
+      {"--resume", &c->resume, "a directory"},
+      {"--arch", &c->arch, "sm_90a or sm_100a"},
+  };
+  for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
+    if ((got = option_value(argc, argv, i, paths[k].name, &v)) == 0) continue;
+    if (got < 0 || !*v) return (usage(err, "%s needs %s", paths[k].name, paths[k].what), -1);
+    *paths[k].field = v;
+    return 1;
+  }
+  return 0;
+}
+
+// Parses the words after `train`. Returns 1 to run, 0 after a usage error, 2 after --help.
+static int parse_train(const CliOptions *o, TrainCli *c, FILE *err) {
+  memset(c, 0, sizeof *c);
+  train_options_default(&c->opt);
+  c->steps = DEFAULT_STEPS;
+  c->eval_every = -1;
+  c->live = -1;
+  c->quiet = o->quiet;
+  c->werror = o->werror;
+  c->arch = o->arch;
+  bool lengths_given = false, only_files = false;
+  for (int i = 0; i < o->nrest; i++) {
+    const char *arg = o->rest[i];
+    if (only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
+      if (c->file) return usage(err, "'gemc train' takes one FILE (got '%s' and '%s')", c->file, arg);
+      c->file = arg;
+      continue;
+    }
+    if (strcmp(arg, "--") == 0) {
+      only_files = true;
+    } else if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+      return 2;
+    } else if (strcmp(arg, "--quiet") == 0 || strcmp(arg, "-q") == 0) {
+      c->quiet = true;
+    } else if (strcmp(arg, "--Werror") == 0) {
+      c->werror = true;
+    } else {
+      if (strncmp(arg, "--lengths", 9) == 0) lengths_given = true;
+      if (strncmp(arg, "--eval-examples", 15) == 0) c->eval_examples_given = true;
+      int got = parse_valued(c, o->nrest, o->rest, &i, err);
+      if (got < 0) return 0;
+      if (got == 0) return usage(err, "unknown option '%s' for 'gemc train'", arg);
+    }
+  }
+  if (!c->file) return usage(err, "'gemc train' needs a model FILE");
+  if (c->arch && strcmp(c->arch, "sm_90a") != 0 && strcmp(c->arch, "sm_100a") != 0)
+    return usage(err, "unknown --arch '%s'; expected one of: sm_90a, sm_100a", c->arch);
+  if (c->save_every > 0 && !c->save) return usage(err, "--save-every needs --save DIR");
+  if (c->opt.data_path && lengths_given)
+    return usage(err, "--lengths only applies to synthetic data, not to --data");
+  if (c->opt.data_path && c->opt.id_vocab > 0)
+    return usage(err, "--id-vocab only applies to synthetic data, not to --data");
+  if (c->opt.data_path && c->eval_examples_given)
+    return usage(err, "--eval-examples only applies to synthetic data; a data file holds out "
+                 "its last tenth");
+  if (c->eval_every < 0) c->eval_every = c->steps >= 10 ? c->steps / 10 : 0;
+  return 1;
+}
+
+// --- the backend ------------------------------------------------------------------------
+
+static bool gpu_present(void) {
+  return access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia/version", F_OK) == 0;
+}
+
+// Picks the backend; on failure prints why and returns false.
+static bool choose_backend(Backend b, char *reason, size_t size) {
+  bool gpu = gpu_present();
+  switch (b) {
+  case BACKEND_CPU:
+    snprintf(reason, size, "--backend cpu");
+    return true;
+  case BACKEND_AUTO:
+    snprintf(reason, size, "auto: %s", gpu ? "a GPU is present, but this build has no CUDA "
+                                             "backend yet"
+                                           : "no GPU found");
+    return true;
+  case BACKEND_CUDA:
+    fprintf(stderr, "gemc: error: --backend cuda: the CUDA backend is not built yet (%s); use "
+            "--backend cpu or auto\n", gpu ? "a GPU is present, but this build cannot use it"
+                                           : "and no GPU was found");
+    return false;
+  }
+  GEMC_UNREACHABLE();
+}
+
+// --- output -----------------------------------------------------------------------------
+
+static void print_optim(FILE *out, const char *what, const Optim *o) {
+  fprintf(out, "%s %s lr=%g", what, optim_name(o->kind), o->lr);
+  if (o->kind == OPTIM_ADAMW)
+    fprintf(out, " beta1=%g beta2=%g eps=%g weight_decay=%g", o->beta1, o->beta2, o->eps,
+            o->weight_decay);
+}
+
+static void print_banner(const TrainCli *c, const Trainer *t, const char *reason,
+                         int64_t resumed_from) {
+  int64_t tables = 0, params = trainer_param_count(t, &tables);
+  printf("gemc train: model %s (%s)\n", trainer_model_name(t), c->file);
+  printf("  backend  cpu (%s)\n", reason);
+  printf("  params   %" PRId64 " (%" PRId64 " in tables, %" PRId64 " dense)\n", params, tables,
+         params - tables);
+  printf("  steps    %" PRId64, c->steps);
+  if (resumed_from >= 0) printf(" more, resuming at step %" PRId64 " from %s", resumed_from, c->resume);
+  printf("; batch %" PRId64 "; seed %" PRIu64 "\n", trainer_batch(t), trainer_seed(t));
+  if (c->opt.data_path)
+    printf("  data     %s: %" PRId64 " training examples, %" PRId64 " held out\n",
+           c->opt.data_path, trainer_train_examples(t), trainer_eval_examples(t));
+  else
+    printf("  data     synthetic (hidden teacher, %s lengths); %" PRId64 " held-out examples\n",
+           synth_length_dist_name(c->opt.lengths), trainer_eval_examples(t));
+  printf("  optim    ");
+  print_optim(stdout, "dense", trainer_dense_optim(t));
+  printf("; tables as the model says");
+  if (!isnan(c->opt.optim.table_lr)) printf(", lr=%g", c->opt.optim.table_lr);
+  printf("\n");
+  if (trainer_ntasks(t) > 1)
+    printf("  (NE and AUC in the curve are means over the %d tasks)\n", trainer_ntasks(t));
+  printf("\n");
+  fflush(stdout);
+}
+
+static void print_task(const char *name, const TaskMetrics *m, double teacher_ne) {
+  printf("    %-12s NE %.4f  AUC %.4f  calibration %.4f  logloss %.4f", name, m->ne, m->auc,
+         m->calibration, m->logloss);
+  if (!isnan(teacher_ne)) printf("  (teacher NE %.4f)", teacher_ne);
+  printf("\n");
+}
+
+static void print_summary(const Trainer *t, const LoopResult *r) {
+  int n = trainer_ntasks(t);
+  printf("\nfinal, after step %" PRId64 ":\n", trainer_step_count(t));
+  if (r->steps > 0) {
+    printf("  train (last %" PRId64 " steps): loss %.4f\n", r->train_steps_measured,
+           r->train_loss);
+    for (int k = 0; k < n; k++) print_task(trainer_task_name(t, k), &r->train[k], NAN);
+  }
+  printf("  eval (%" PRId64 " held-out examples): loss %.4f\n", r->eval.examples, r->eval.loss);
+  for (int k = 0; k < n; k++)
+    print_task(trainer_task_name(t, k), &r->eval.tasks[k],
+               r->eval.teacher_ne ? r->eval.teacher_ne[k] : NAN);
+  if (r->steps > 0)
+    printf("  throughput: %.0f examples/s (%" PRId64 " steps of %" PRId64 " in %.2f s of "
+           "training, %.2f s in all)\n",
+           r->examples_per_second, r->steps, trainer_batch(t), trainer_step_seconds(t),
+           r->seconds);
+  fflush(stdout);
+}
+
+// --- the command ------------------------------------------------------------------------
+
+// Fails early, before any training, when the report could not be written at the end.
+static bool report_writable(const char *path) {
+  char temp[4200];
+  snprintf(temp, sizeof temp, "%s.tmp", path);
+  FILE *f = fopen(temp, "w");
+  if (!f) {
+    fprintf(stderr, "gemc: error: cannot write report %s: %s\n", path, strerror(errno));
+    return false;
+  }
+  fclose(f);
+  remove(temp);
+  return true;
+}
+
+static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64_t resumed_from) {
+  if (!c->quiet) print_banner(c, t, reason, resumed_from);
+  LoopOptions lo = {.steps = c->steps, .eval_every = c->eval_every, .save_dir = c->save,
+                    .save_every = c->save_every, .quiet = c->quiet, .live = c->live,
+                    .out = stdout, .err = stderr};
+  LoopResult r;
+  char err[1024];
+  if (!train_loop(t, &lo, &r, err, sizeof err)) {
+    fprintf(stderr, "gemc: error: %s\n", err);
+    return GEMC_EXIT_USER_ERROR;
+  }
+  if (!c->quiet) print_summary(t, &r);
+  int rc = GEMC_EXIT_OK;
+  if (c->report) {
+    ReportRun run = {.source = c->file, .backend = "cpu", .backend_reason = reason,
+                     .data = c->opt.data_path, .lengths = synth_length_dist_name(c->opt.lengths),
+                     .resumed_from = resumed_from, .resume_dir = c->resume, .save_dir = c->save};
+    if (!report_write_json(c->report, t, &r, &run, err, sizeof err)) {
+      fprintf(stderr, "gemc: error: %s\n", err);
+      rc = GEMC_EXIT_USER_ERROR;
+    }
+  }
+  loop_result_free(&r);
+  return rc;
+}
+
+int cmd_train(const CliOptions *o) {
+  TrainCli c;
+  int parsed = parse_train(o, &c, stderr);
+  if (parsed == 2) {
+    print_train_help(stdout);
+    return GEMC_EXIT_OK;
+  }
+  if (parsed == 0) return GEMC_EXIT_USAGE;
+
+  char reason[160];
+  if (!choose_backend(c.backend, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
+  if (c.report && !report_writable(c.report)) return GEMC_EXIT_USER_ERROR;
+
+  LoadedModel m;
+  if (!load_model(&m, c.file, c.arch, true, c.quiet, c.werror)) {
+    loaded_model_free(&m);
+    return GEMC_EXIT_USER_ERROR;
+  }
+  // The default held-out set: 4096 examples, but no more than a tenth of what the run trains
+  // on, so that evaluating a big model never dwarfs a short run (at least one batch).
+  if (!c.eval_examples_given) {
+    int64_t batch = c.opt.batch > 0 ? c.opt.batch : m.ir.batch;
+    int64_t tenth = c.steps * batch / 10;
+    if (tenth < c.opt.eval_examples) c.opt.eval_examples = tenth > 0 ? tenth : 1;
+  }
+  char err[1024];
+  int rc = GEMC_EXIT_USER_ERROR;
+  Trainer *t = trainer_new(&m.ir, &c.opt, err, sizeof err);
+  int64_t resumed_from = -1;
+  if (t && c.resume) {
+    if (trainer_resume(t, c.resume, err, sizeof err)) {
+      resumed_from = trainer_step_count(t);
+      if (c.seed_given && c.opt.seed != trainer_seed(t))
+        snprintf(err, sizeof err, "--seed %" PRIu64 " differs from seed %" PRIu64 ", which the "
+                 "checkpoint in %s was trained with; leave --seed out to continue it",
+                 c.opt.seed, trainer_seed(t), c.resume);
+      else
+        err[0] = '\0';
+    }
+    if (err[0]) {
+      trainer_free(t);
+      t = NULL;
+    }
+  }
+  if (t) rc = run_training(&c, t, reason, resumed_from);
+  else fprintf(stderr, "gemc: error: %s\n", err);
+  trainer_free(t);
+  loaded_model_free(&m);
+  return rc;
+}

@@ -1,0 +1,15 @@
+// commands.h: the gemc commands that run a model. Each parses the words after its name
+// (CliOptions.rest) itself, since its options are its own; global options given before the
+// command (--arch, -q, --Werror) apply as well. docs/cli.md and docs/train.md document them.
+// defines: cmd_train, cmd_data
+#ifndef GEMC_COMMANDS_H
+#define GEMC_COMMANDS_H
+
+#include "cli.h"
+
+// gemc train FILE [options]: returns the exit code (internal_error.h).
+int cmd_train(const CliOptions *o);
+// gemc data convert MODEL.gem IN -o OUT [--sep tab|comma]
+int cmd_data(const CliOptions *o);
+
+#endif

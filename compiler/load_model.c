@@ -1,0 +1,41 @@
+// load_model.c: the front end in one call for the commands that run a model. It is the same
+// pipeline `gemc check` runs (parse, sema, passes), followed by autodiff for training.
+#include "load_model.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "autodiff.h"  // defines: autodiff
+#include "ast.h"       // defines: Model
+#include "parse.h"     // defines: parse_model
+#include "passes.h"    // defines: passes_run
+#include "sema.h"      // defines: sema_lower
+
+bool load_model(LoadedModel *m, const char *path, const char *arch, bool with_grad, bool quiet,
+                bool werror) {
+  memset(m, 0, sizeof *m);
+  if (!source_read(&m->src, path)) return false;
+  Diag d;
+  diag_init(&d, &m->src, stderr);
+  d.quiet = quiet;
+  d.warnings_are_errors = werror;
+
+  ir_init(&m->ir, &m->arena);
+  Model *ast = parse_model(&m->src, &m->arena, &d);
+  bool ok = ast && d.errors == 0;
+  ok = ok && sema_lower(ast, arch, &d, &m->ir) && d.errors == 0;
+  ok = ok && passes_run(&m->ir, &d, NULL, NULL) && d.errors == 0;
+  if (ok && with_grad && m->ir.loss < 0) {
+    fprintf(stderr, "gemc: error: %s: model %s has no loss, so there is nothing to train\n",
+            path, m->ir.model);
+    ok = false;
+  }
+  ok = ok && (!with_grad || autodiff(&m->ir, &d)) && d.errors == 0;
+  return ok && !(werror && d.warnings > 0);
+}
+
+void loaded_model_free(LoadedModel *m) {
+  arena_free(&m->arena);
+  if (m->src.text) source_free(&m->src);
+  memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,268 @@
+// report_json.c: writes the JSON report of a training run. Numbers are written with 17
+// significant digits, so every double (the per-step losses) reads back bit-exactly; NaN and
+// infinities, which JSON lacks, are written as null.
+#include "report_json.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal_error.h"
+
+// --- the writer -------------------------------------------------------------------------
+
+static void indent(JsonWriter *w) {
+  fputc('\n', w->f);
+  for (int i = 0; i < w->depth; i++) fputs("  ", w->f);
+}
+
+// Starts a value: a comma after the previous one, and a new line in arrays and objects.
+static void before_value(JsonWriter *w) {
+  if (w->after_key) {
+    w->after_key = false;
+    return;
+  }
+  if (w->depth > 0) {
+    if (w->need_comma[w->depth]) fputc(',', w->f);
+    indent(w);
+  }
+  w->need_comma[w->depth] = true;
+}
+
+static void open_scope(JsonWriter *w, char c) {
+  before_value(w);
+  fputc(c, w->f);
+  GEMC_ASSERT(w->depth + 1 < (int)(sizeof w->need_comma / sizeof w->need_comma[0]));
+  w->depth++;
+  w->need_comma[w->depth] = false;
+}
+
+static void close_scope(JsonWriter *w, char c) {
+  bool had_items = w->need_comma[w->depth];
+  w->depth--;
+  if (had_items) indent(w);
+  fputc(c, w->f);
+}
+
+void json_begin_object(JsonWriter *w) { open_scope(w, '{'); }
+void json_end_object(JsonWriter *w) { close_scope(w, '}'); }
+void json_begin_array(JsonWriter *w) { open_scope(w, '['); }
+void json_end_array(JsonWriter *w) { close_scope(w, ']'); }
+
+static void write_escaped(FILE *f, const char *s) {
+  fputc('"', f);
+  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    switch (*p) {
+    case '"': fputs("\\\"", f); break;
+    case '\\': fputs("\\\\", f); break;
+    case '\n': fputs("\\n", f); break;
+    case '\r': fputs("\\r", f); break;
+    case '\t': fputs("\\t", f); break;
+    default:
+      if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+      else fputc(*p, f);
+    }
+  }
+  fputc('"', f);
+}
+
+void json_key(JsonWriter *w, const char *key) {
+  before_value(w);
+  write_escaped(w->f, key);
+  fputs(": ", w->f);
+  w->after_key = true;
+}
+
+void json_string(JsonWriter *w, const char *s) {
+  before_value(w);
+  if (s) write_escaped(w->f, s);
+  else fputs("null", w->f);
+}
+
+void json_number(JsonWriter *w, double v) {
+  before_value(w);
+  if (isfinite(v)) fprintf(w->f, "%.17g", v);
+  else fputs("null", w->f);
+}
+
+void json_int(JsonWriter *w, int64_t v) {
+  before_value(w);
+  fprintf(w->f, "%" PRId64, v);
+}
+
+void json_bool(JsonWriter *w, bool v) {
+  before_value(w);
+  fputs(v ? "true" : "false", w->f);
+}
+
+// --- the report -------------------------------------------------------------------------
+
+static void key_number(JsonWriter *w, const char *key, double v) {
+  json_key(w, key);
+  json_number(w, v);
+}
+static void key_int(JsonWriter *w, const char *key, int64_t v) {
+  json_key(w, key);
+  json_int(w, v);
+}
+static void key_string(JsonWriter *w, const char *key, const char *s) {
+  json_key(w, key);
+  json_string(w, s);
+}
+
+static void write_task(JsonWriter *w, const char *name, const TaskMetrics *m, double teacher_ne) {
+  json_begin_object(w);
+  key_string(w, "name", name);
+  key_number(w, "ne", m->ne);
+  key_number(w, "auc", m->auc);
+  key_number(w, "calibration", m->calibration);
+  key_number(w, "logloss", m->logloss);
+  key_int(w, "examples", m->examples);
+  if (!isnan(teacher_ne)) key_number(w, "teacher_ne", teacher_ne);
+  json_end_object(w);
+}
+
+static void write_optim(JsonWriter *w, const Optim *o) {
+  json_begin_object(w);
+  key_string(w, "kind", optim_name(o->kind));
+  key_number(w, "lr", o->lr);
+  if (o->kind == OPTIM_ADAMW) {
+    key_number(w, "beta1", o->beta1);
+    key_number(w, "beta2", o->beta2);
+    key_number(w, "eps", o->eps);
+    key_number(w, "weight_decay", o->weight_decay);
+  }
+  json_end_object(w);
+}
+
+static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
+                         const ReportRun *run) {
+  int ntasks = trainer_ntasks(t);
+  char key[32];
+  snprintf(key, sizeof key, "%016" PRIx64, trainer_model_key(t));
+  int64_t in_tables = 0, params = trainer_param_count(t, &in_tables);
+
+  json_begin_object(w);
+  key_string(w, "model", trainer_model_name(t));
+  key_string(w, "source", run->source);
+  key_string(w, "model_key", key);
+  key_string(w, "backend", run->backend);
+  key_string(w, "backend_reason", run->backend_reason);
+  key_int(w, "seed", (int64_t)trainer_seed(t));
+  key_int(w, "batch", trainer_batch(t));
+  key_int(w, "steps", trainer_step_count(t));
+  key_int(w, "steps_this_run", r->steps);
+  json_key(w, "resumed_from_step");
+  if (run->resumed_from >= 0) json_int(w, run->resumed_from);
+  else json_string(w, NULL);
+  key_string(w, "resume_dir", run->resume_dir);
+  key_string(w, "save_dir", run->save_dir);
+  key_int(w, "parameters", params);
+  key_int(w, "table_parameters", in_tables);
+
+  json_key(w, "data");
+  json_begin_object(w);
+  key_string(w, "kind", run->data ? "file" : "synthetic");
+  if (run->data) {
+    key_string(w, "path", run->data);
+    key_int(w, "train_examples", trainer_train_examples(t));
+  } else {
+    key_string(w, "lengths", run->lengths);
+  }
+  key_int(w, "eval_examples", trainer_eval_examples(t));
+  json_end_object(w);
+
+  json_key(w, "dense_optimizer");
+  write_optim(w, trainer_dense_optim(t));
+
+  key_number(w, "examples_per_second", r->examples_per_second);
+  key_number(w, "step_seconds", trainer_step_seconds(t));
+  key_number(w, "wall_seconds", r->seconds);
+
+  json_key(w, "train");
+  json_begin_object(w);
+  key_number(w, "loss", r->train_loss);
+  key_int(w, "steps", r->train_steps_measured);
+  json_key(w, "tasks");
+  json_begin_array(w);
+  for (int k = 0; k < ntasks; k++) write_task(w, trainer_task_name(t, k), &r->train[k], NAN);
+  json_end_array(w);
+  json_end_object(w);
+
+  json_key(w, "eval");
+  json_begin_object(w);
+  key_number(w, "loss", r->eval.loss);
+  key_int(w, "examples", r->eval.examples);
+  json_key(w, "tasks");
+  json_begin_array(w);
+  for (int k = 0; k < ntasks; k++)
+    write_task(w, trainer_task_name(t, k), &r->eval.tasks[k],
+               r->eval.teacher_ne ? r->eval.teacher_ne[k] : NAN);
+  json_end_array(w);
+  json_end_object(w);
+
+  int ncurve = 0;
+  const CurvePoint *curve = trainer_curve(t, &ncurve);
+  json_key(w, "curve");
+  json_begin_array(w);
+  for (int i = 0; i < ncurve; i++) {
+    json_begin_object(w);
+    key_int(w, "step", curve[i].step);
+    key_number(w, "train_loss", curve[i].train_loss);
+    key_number(w, "train_ne", curve[i].train_ne);
+    key_number(w, "eval_loss", curve[i].eval_loss);
+    key_number(w, "eval_ne", curve[i].eval_ne);
+    key_number(w, "eval_auc", curve[i].eval_auc);
+    json_end_object(w);
+  }
+  json_end_array(w);
+
+  // The per-step losses, several to a line.
+  json_key(w, "loss");
+  fputc('[', w->f);
+  const double *losses = trainer_losses(t);
+  int64_t n = trainer_step_count(t);
+  for (int64_t i = 0; i < n; i++) {
+    if (i % 4 == 0) {
+      fputs(i ? ",\n" : "\n", w->f);
+      fputs("    ", w->f);
+    } else {
+      fputs(", ", w->f);
+    }
+    if (isfinite(losses[i])) fprintf(w->f, "%.17g", losses[i]);
+    else fputs("null", w->f);
+  }
+  fputs(n ? "\n  ]" : "]", w->f);
+  w->need_comma[w->depth] = true;
+  json_end_object(w);
+  fputc('\n', w->f);
+}
+
+bool report_write_json(const char *path, const Trainer *t, const LoopResult *r,
+                       const ReportRun *run, char *err, size_t err_size) {
+  size_t len = strlen(path) + 16;
+  char *temp = malloc(len);
+  if (!temp) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  snprintf(temp, len, "%s.tmp", path);
+  FILE *f = fopen(temp, "w");
+  if (!f) {
+    snprintf(err, err_size, "cannot write report %s: %s", path, strerror(errno));
+    free(temp);
+    return false;
+  }
+  JsonWriter w = {.f = f};
+  write_report(&w, t, r, run);
+  bool ok = !ferror(f);
+  if (fclose(f) != 0) ok = false;
+  if (ok && rename(temp, path) != 0) ok = false;
+  if (!ok) {
+    snprintf(err, err_size, "cannot write report %s: %s", path, strerror(errno));
+    unlink(temp);
+  }
+  free(temp);
+  return ok;
+}

@@ -1,0 +1,134 @@
+// train.h: the training loop of `gemc train` on the CPU executor. A Trainer owns the executor,
+// the optimizer state of every parameter and table, the data source (synthetic or a data
+// file) with its held-out split, and the history that the report and checkpoints keep.
+// docs/train.md describes what it computes; train_loop.c drives it with progress output.
+// defines: TrainOptions, OptimOverrides, TaskMetrics, EvalResult, Trainer, trainer_*
+#ifndef GEMC_TRAIN_H
+#define GEMC_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ir.h"
+#include "metrics.h"
+#include "synth.h"
+
+// Command-line overrides of the optimizers' hyper-parameters; NaN leaves the model's value.
+typedef struct OptimOverrides {
+  double lr, beta1, beta2, eps, weight_decay;  // the dense parameters' optimizer
+  double table_lr, table_eps;                  // every table's optimizer
+} OptimOverrides;
+void optim_overrides_none(OptimOverrides *o);  // every field NaN
+
+typedef struct TrainOptions {
+  int64_t batch;          // examples per step; 0: the model's `batch`
+  uint64_t seed;          // parameter initialization and synthetic data
+  const char *data_path;  // a data file (docs/data.md); NULL: synthetic data
+  LengthDist lengths;     // synthetic: the history length distribution
+  int64_t id_vocab;       // synthetic: cap on distinct ids per input; 0: the whole table
+  int64_t eval_examples;  // synthetic: held-out examples (rounded up to whole batches)
+  OptimOverrides optim;
+} TrainOptions;
+void train_options_default(TrainOptions *o);
+
+// Metrics of one task over some examples (NaN where undefined).
+typedef struct TaskMetrics {
+  double ne, auc, calibration, logloss;
+  int64_t examples;
+} TaskMetrics;
+void task_metrics_from(const Metrics *m, TaskMetrics *out);
+
+typedef struct EvalResult {
+  double loss;          // the model's loss, averaged over the held-out batches
+  int64_t examples;
+  int ntasks;
+  TaskMetrics *tasks;   // [ntasks], owned by the trainer; valid until the next eval
+  double *teacher_ne;   // [ntasks] synthetic data: NE of the hidden teacher (the best any
+                        // model can do); NULL for a data file
+} EvalResult;
+
+// One row of the learning curve: recorded at every evaluation.
+typedef struct CurvePoint {
+  int64_t step;
+  double train_loss;    // mean training loss since the previous point
+  double eval_loss;
+  double train_ne;      // mean over tasks, training predictions since the previous point
+  double eval_ne, eval_auc;  // mean over tasks
+} CurvePoint;
+
+typedef struct Trainer Trainer;
+
+// Prepares to train `ir`, which must hold its backward graph (autodiff) and a loss. The model
+// key (checkpoint.h) is computed from the IR as given, before options change the batch size
+// or the optimizers. Parameters are initialized from o->seed. Returns NULL with a message in
+// `err` when the data file cannot be used.
+Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size);
+void trainer_free(Trainer *t);
+
+// One optimizer step on the next training batch; *loss is that batch's loss. Fails (with a
+// message) when the data file is bad or the loss is not finite.
+bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size);
+// The held-out evaluation. Does not change the training state.
+bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size);
+
+// Checkpoints: the whole training state (parameters, tables, optimizer moments, step, data
+// cursor, loss history, learning curve). Resuming continues bit-exactly.
+bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size);
+bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size);
+
+// Training predictions since the last reset, per task (`window`: since the last curve point;
+// the other: since the last trainer_reset_train_metrics(t, false)).
+const Metrics *trainer_train_metrics(const Trainer *t, bool window, int task);
+void trainer_reset_train_metrics(Trainer *t, bool window);
+void trainer_add_curve_point(Trainer *t, const CurvePoint *p);
+
+// Facts about the run.
+int64_t trainer_step_count(const Trainer *t);       // steps taken, resumed ones included
+const double *trainer_losses(const Trainer *t);     // [trainer_step_count]
+const CurvePoint *trainer_curve(const Trainer *t, int *n);
+int64_t trainer_batch(const Trainer *t);
+const char *trainer_model_name(const Trainer *t);
+int trainer_ntasks(const Trainer *t);
+const char *trainer_task_name(const Trainer *t, int task);
+uint64_t trainer_model_key(const Trainer *t);
+uint64_t trainer_seed(const Trainer *t);             // a resumed run takes the checkpoint's
+int64_t trainer_param_count(const Trainer *t, int64_t *in_tables);  // learned scalars
+int64_t trainer_eval_examples(const Trainer *t);
+int64_t trainer_train_examples(const Trainer *t);   // data file: the training split; 0: synthetic
+const Optim *trainer_dense_optim(const Trainer *t); // after overrides
+double trainer_step_seconds(const Trainer *t);      // wall time spent in trainer_step this run
+
+// --- the loop (train_loop.c) -------------------------------------------------------------
+
+typedef struct LoopOptions {
+  int64_t steps;          // steps to take in this run (after those a resumed run has)
+  int64_t eval_every;     // evaluate every this many steps; 0: only at the end
+  const char *save_dir;   // checkpoint here; NULL: never
+  int64_t save_every;     // and every this many steps; 0: only at the end
+  bool quiet;             // no progress, no learning curve
+  int live;               // progress: -1 decide from the terminal, 0 plain lines, 1 live line
+  FILE *out;              // the learning curve (stdout)
+  FILE *err;              // the progress (stderr)
+} LoopOptions;
+
+typedef struct LoopResult {
+  int64_t steps;              // steps taken in this run
+  double seconds;             // wall time of the whole loop, evaluations included
+  double examples_per_second; // training throughput: examples / time spent in steps
+  double train_loss;          // mean loss over the last tenth of this run's steps
+  int64_t train_steps_measured; // how many steps that is
+  TaskMetrics *train;         // [ntasks] over the same steps; owned by the result
+  EvalResult eval;            // the final evaluation
+} LoopResult;
+
+// Runs o->steps steps, evaluating every o->eval_every steps and at the end (a row of the
+// learning curve each time), checkpointing every o->save_every steps and at the end.
+bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size_t err_size);
+void loop_result_free(LoopResult *r);
+
+// The model key: FNV-1a 64 of the printed IR (forward and backward), without the source path.
+uint64_t train_model_key(const Ir *ir);
+
+#endif
