@@ -17,7 +17,7 @@
 // reduction (cpu_common_real.h). At fp8 P and dS get one scale per vector along the reduction,
 // and a backward tile then spans all query rows so that a column of dS or P is whole.
 
-enum { ATTN_TILE = 32, ATTN_KEY_ALIGN = 32 };
+enum { ATTN_TILE = 64, ATTN_KEY_ALIGN = 32 };
 
 // Where the rows of one attention node live, and its attributes.
 typedef struct AttnPlan {
@@ -264,6 +264,16 @@ typedef struct AttnGrads {
   real *dq, *dk, *dv;
 } AttnGrads;
 
+// The block m[rows, cols] as a matmul reducing along cols (k_contiguous = 1) or rows (0)
+// reads it: m itself, or a quantized copy in `copy`.
+static const real *K(quantized_block)(CpuExec *x, DType prec, const real *m, real *copy,
+                                      int64_t rows, int64_t cols, int k_contiguous) {
+  if (!EMULATE || !is_quantized(prec)) return m;
+  memcpy(copy, m, (size_t)(rows * cols) * sizeof(real));
+  K(quantize_block)(x, prec, copy, rows, cols, cols, k_contiguous);
+  return copy;
+}
+
 static void K(attention_backward)(CpuExec *x, const Node *n, int dout, AttnGrads g) {
   AttnPlan p = K(attn_plan)(x, n);
   int64_t d = p.d, dh = p.dh;
@@ -303,21 +313,18 @@ static void K(attention_backward)(CpuExec *x, const Node *n, int dout, AttnGrads
                 nk);
         K(attn_grad_scores)(&p, s, pr, dp, i0, nq, jlo, nk);
         if (g.dv) {  // dV[keys] += Pᵀ dO[rows]
-          memcpy(qp, pr, bytes);
-          K(quantize_block)(x, n->prec, qp, nq, nk, nk, 0);
-          K(gemm)(x, nk, dh, nq, 1, qp, 1, nk, dOr + orow * d + hc, d, 1, true,
+          const real *pt = K(quantized_block)(x, n->prec, pr, qp, nq, nk, 0);
+          K(gemm)(x, nk, dh, nq, 1, pt, 1, nk, dOr + orow * d + hc, d, 1, true,
                   g.dv + krow * d + hc, d);
         }
         if (g.dq) {  // dQ[rows] += scale dS K[keys]
-          memcpy(qp, dp, bytes);
-          K(quantize_block)(x, n->prec, qp, nq, nk, nk, 1);
-          K(gemm)(x, nq, dh, nk, scale, qp, nk, 1, Kr + krow * d + hc, d, 1, true,
+          const real *ds = K(quantized_block)(x, n->prec, dp, qp, nq, nk, 1);
+          K(gemm)(x, nq, dh, nk, scale, ds, nk, 1, Kr + krow * d + hc, d, 1, true,
                   g.dq + qrow * d + hc, d);
         }
         if (g.dk) {  // dK[keys] += scale dSᵀ Q[rows]
-          memcpy(qp, dp, bytes);
-          K(quantize_block)(x, n->prec, qp, nq, nk, nk, 0);
-          K(gemm)(x, nk, dh, nq, scale, qp, 1, nk, Qr + qrow * d + hc, d, 1, true,
+          const real *ds = K(quantized_block)(x, n->prec, dp, qp, nq, nk, 0);
+          K(gemm)(x, nk, dh, nq, scale, ds, 1, nk, Qr + qrow * d + hc, d, 1, true,
                   g.dk + krow * d + hc, d);
         }
       }

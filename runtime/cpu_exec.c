@@ -3,9 +3,9 @@
 // the mode (cpu_kernels_f32.c or cpu_kernels_f64.c), rounds each node's output to its dtype in
 // fp32 mode, and hands out values, gradients and per-task probabilities.
 //
-// Buffers of values are sized per batch (dense rows B, set rows B·k, jagged rows T_s) and grow
-// on demand; parameters and tables are allocated once and persist. docs/executor.md describes
-// the whole executor.
+// Tensors are sized per batch (dense rows B, set rows B·k, jagged rows T_s); values take their
+// buffers from the pool of cpu_pool.c as their nodes run; parameters and tables are allocated
+// once and persist. docs/executor.md describes the whole executor.
 #include "cpu_exec.h"
 
 #include <inttypes.h>
@@ -40,14 +40,24 @@ void *cpu_scratch(CpuExec *x, int slot, size_t bytes) {
   return s->data;
 }
 
-// Makes tensor t's buffer hold at least numel elements (zeroed when it grows).
-static void ensure_capacity(CpuExec *x, int t, int64_t numel) {
+// Makes tensor t's own buffer hold at least numel elements (zeroed when it grows) and points
+// its data there. Buffers of batch-sized tensors grow with headroom, so that batches whose
+// totals wander by a few percent reuse them (fresh pages cost a page fault each); parameters
+// and tables are allocated exactly.
+static void ensure_capacity(CpuExec *x, int t, int64_t numel, bool headroom) {
   TensorBuf *b = &x->buf[t];
-  if (numel <= b->cap && b->data) return;
-  free(b->data);
-  int64_t cap = numel > 0 ? numel : 1;
-  b->data = xcalloc((size_t)cap, x->elem);
-  b->cap = cap;
+  if (numel > b->own_cap || !b->own) {
+    free(b->own);
+    int64_t cap = numel;
+    if (headroom) {
+      cap = numel + numel / 8;
+      if (cap < b->own_cap + b->own_cap / 2) cap = b->own_cap + b->own_cap / 2;
+    }
+    if (cap < 1) cap = 1;
+    b->own = xcalloc((size_t)cap, x->elem);
+    b->own_cap = cap;
+  }
+  b->data = b->own;
 }
 
 void cpu_resize_rows(CpuExec *x, int t, int64_t nrows) {
@@ -57,14 +67,12 @@ void cpu_resize_rows(CpuExec *x, int t, int64_t nrows) {
     b->cap_ids = nrows > 0 ? nrows : 1;
     b->row_ids = xcalloc((size_t)b->cap_ids, sizeof *b->row_ids);
   }
-  ensure_capacity(x, t, nrows * b->width);
+  ensure_capacity(x, t, nrows * b->width, true);
   b->rows = nrows;
   b->numel = nrows * b->width;
 }
 
 // --- shapes -----------------------------------------------------------------------------
-
-int64_t cpu_rows_of(const CpuExec *x, int t) { return x->buf[t].rows; }
 
 const int64_t *cpu_offsets_of(const CpuExec *x, int t) {
   const Tensor *tt = &x->ir->tensors[t];
@@ -101,6 +109,15 @@ static bool is_attention_bwd(OpKind op) {
   return op == OP_ATTENTION_BWD_Q || op == OP_ATTENTION_BWD_K || op == OP_ATTENTION_BWD_V;
 }
 
+// Two attention backward nodes of one forward attention: the same inputs and attributes.
+static bool same_attention(const Node *a, const Node *b) {
+  return a->nins == 4 && b->nins == 4 && memcmp(a->ins, b->ins, 4 * sizeof *a->ins) == 0 &&
+         a->shape == b->shape && a->heads == b->heads && a->act == b->act &&
+         a->mask == b->mask && a->window == b->window && a->scale == b->scale &&
+         a->hstu_norm == b->hstu_norm && a->prec == b->prec &&
+         a->sched.gelu_taylor == b->sched.gelu_taylor;
+}
+
 // The three backward nodes of one attention read the same q, k, v and dO: the first one
 // computes all three outputs, and the others are skipped.
 static void pair_attention_backward(CpuExec *x) {
@@ -111,8 +128,7 @@ static void pair_attention_backward(CpuExec *x) {
     if (!is_attention_bwd(n->op) || x->fused[i] >= 0) continue;
     for (int j = i; j < ir->nnodes; j++) {
       const Node *m = &ir->nodes[j];
-      if (!is_attention_bwd(m->op) || x->fused[j] >= 0 || m->nins != 4) continue;
-      if (memcmp(m->ins, n->ins, 4 * sizeof *n->ins) != 0) continue;
+      if (!is_attention_bwd(m->op) || x->fused[j] >= 0 || !same_attention(m, n)) continue;
       int *slot = m->op == OP_ATTENTION_BWD_Q ? &x->bwd_q[i]
                   : m->op == OP_ATTENTION_BWD_K ? &x->bwd_k[i]
                                                 : &x->bwd_v[i];
@@ -151,9 +167,10 @@ CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) {
     if (tt->kind == TENSOR_INPUT || tt->kind == TENSOR_LABEL) x->feature_of[t] = x->nfeatures++;
     TensorBuf *b = &x->buf[t];
     shape_of(x, t, 0, x->total, &b->rows, &b->width);
-    if (tt->kind == TENSOR_PARAM || tt->kind == TENSOR_TABLE) {
+    // Parameters, tables and parameter gradients have fixed sizes: allocated once, here.
+    if (tt->layout == LAYOUT_FIXED) {
       b->numel = b->rows * b->width;
-      ensure_capacity(x, t, b->numel);
+      ensure_capacity(x, t, b->numel, false);
     }
   }
   const NodeKernel *k = kernels_of(x);
@@ -164,15 +181,17 @@ CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) {
     if (n->op == OP_BCE && i < x->nforward) x->task_node[x->ntasks++] = i;
   }
   pair_attention_backward(x);
+  cpu_pool_plan(x);
   return x;
 }
 
 void cpu_exec_free(CpuExec *x) {
   if (!x) return;
   for (int t = 0; t < x->ir->ntensors; t++) {
-    free(x->buf[t].data);
+    free(x->buf[t].own);
     free(x->buf[t].row_ids);
   }
+  cpu_pool_free(x);
   for (int s = 0; s < CPU_SCRATCH_SLOTS; s++) free(x->scratch[s].data);
   for (int k = 0; k < x->ntasks; k++) free(x->task_probs[k]);
   free(x->buf);
@@ -297,20 +316,23 @@ bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *why, size_t why_size) 
     x->offsets[j] = b->offsets[j];
     x->total[j] = b->offsets[j][b->B];
   }
+  // New sizes for every batch-sized tensor; inputs are loaded now, values get buffers as
+  // their nodes run.
+  cpu_pool_reset(x);
+  x->forward_ran = false;
   for (int t = 0; t < ir->ntensors; t++) {
     const Tensor *tt = &ir->tensors[t];
     TensorBuf *buf = &x->buf[t];
-    if (tt->kind == TENSOR_PARAM || tt->kind == TENSOR_TABLE || tt->layout == LAYOUT_ROWS)
-      continue;
+    if (tt->layout == LAYOUT_FIXED || tt->layout == LAYOUT_ROWS) continue;
     shape_of(x, t, x->B, x->total, &buf->rows, &buf->width);
     buf->numel = buf->rows * buf->width;
     int f = x->feature_of[t];
     if (f >= 0 && tt->dtype == DT_I64) {
       buf->ids = b->ids[f];
-      continue;
+    } else if (f >= 0) {
+      ensure_capacity(x, t, buf->numel, true);
+      load_values(x, t, b->values[f]);
     }
-    ensure_capacity(x, t, buf->numel);
-    if (f >= 0) load_values(x, t, b->values[f]);
   }
   if (x->B > x->task_cap) {
     for (int k = 0; k < x->ntasks; k++) {
@@ -332,25 +354,49 @@ static void round_output(CpuExec *x, int t) {
   round_array(x->buf[t].data, (size_t)x->buf[t].numel, tt->dtype);
 }
 
-#include <time.h>
-double gemm_flops_dbg; long gemm_calls_dbg;
-static double prof_now(void){struct timespec t; clock_gettime(CLOCK_MONOTONIC,&t); return t.tv_sec+1e-9*t.tv_nsec;}
+// A buffer for output t of a node about to run: from the pool, or the tensor's own. A rows
+// tensor is sized by its table_grad.
+static void prepare_output(CpuExec *x, int t) {
+  const Tensor *tt = &x->ir->tensors[t];
+  if (tt->layout == LAYOUT_ROWS) return;
+  if (cpu_pool_holds(x, t))
+    cpu_pool_take(x, t);
+  else
+    ensure_capacity(x, t, x->buf[t].numel, tt->layout != LAYOUT_FIXED);
+}
+
+// σ(logit) of every example for the task of bce node i, read as soon as the node has run.
+static void store_task_probs(CpuExec *x, int i) {
+  for (int k = 0; k < x->ntasks; k++) {
+    if (x->task_node[k] != i) continue;
+    int logit = x->ir->nodes[i].ins[0];
+    for (int64_t b = 0; b < x->B; b++) {
+      double z = x->mode == EXEC_F64 ? ((const double *)x->buf[logit].data)[b]
+                                     : (double)((const float *)x->buf[logit].data)[b];
+      x->task_probs[k][b] = (float)(z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)));
+    }
+  }
+}
+
+// Runs nodes [from, to). A fused attention backward node computes (and rounds) its siblings'
+// outputs too, and the siblings are skipped. After each node, the inputs it read last give
+// their buffers back to the pool.
 static void run_nodes(CpuExec *x, int from, int to) {
   const NodeKernel *k = kernels_of(x);
   for (int i = from; i < to; i++) {
     const Node *n = &x->ir->nodes[i];
-    double t0 = prof_now();
-    if (x->fused[i] < 0) k[n->op](x, i);
-    extern double gemm_flops_dbg; extern long gemm_calls_dbg;
-    if (getenv("PROF")) fprintf(stderr, "%8.1f ms %s %s  %.2f GFLOP %ld calls\n", 1e3*(prof_now()-t0), op_name(n->op), x->ir->tensors[n->out].name, gemm_flops_dbg/1e9, gemm_calls_dbg);
-    gemm_flops_dbg = 0; gemm_calls_dbg = 0;
-    if (x->fused[i] < 0 && is_attention_bwd(n->op)) {
-      const int sib[3] = {x->bwd_q[i], x->bwd_k[i], x->bwd_v[i]};
+    if (x->fused[i] < 0) {
+      bool group = is_attention_bwd(n->op);
+      const int writes[3] = {group ? x->bwd_q[i] : i, group ? x->bwd_k[i] : -1,
+                             group ? x->bwd_v[i] : -1};
       for (int s = 0; s < 3; s++)
-        if (sib[s] >= 0) round_output(x, x->ir->nodes[sib[s]].out);
-    } else if (x->fused[i] < 0) {
-      round_output(x, n->out);
+        if (writes[s] >= 0) prepare_output(x, x->ir->nodes[writes[s]].out);
+      k[n->op](x, i);
+      for (int s = 0; s < 3; s++)
+        if (writes[s] >= 0) round_output(x, x->ir->nodes[writes[s]].out);
+      if (n->op == OP_BCE) store_task_probs(x, i);
     }
+    cpu_pool_release_inputs(x, i);
   }
 }
 
@@ -361,21 +407,26 @@ static double scalar_at(const CpuExec *x, int t) {
 
 double cpu_exec_forward(CpuExec *x) {
   if (!x->batch) gemc_internal_error(__FILE__, __LINE__, "cpu_exec_forward before a batch");
+  cpu_pool_reset(x);
   run_nodes(x, 0, x->nforward);
-  for (int k = 0; k < x->ntasks; k++) {
-    int logit = x->ir->nodes[x->task_node[k]].ins[0];
-    for (int64_t b = 0; b < x->B; b++) {
-      double z = x->mode == EXEC_F64 ? ((const double *)x->buf[logit].data)[b]
-                                     : (double)((const float *)x->buf[logit].data)[b];
-      x->task_probs[k][b] = (float)(z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)));
-    }
-  }
+  x->forward_ran = true;
   return x->ir->loss >= 0 ? scalar_at(x, x->ir->loss) : NAN;
 }
 
 void cpu_exec_backward(CpuExec *x) {
   if (!x->batch) gemc_internal_error(__FILE__, __LINE__, "cpu_exec_backward before a batch");
+  // The backward pass gives the forward values back to the pool as it reads them last, so
+  // each one needs its own forward pass (unless every value is kept).
+  if (!x->forward_ran && !x->keep_values)
+    gemc_internal_error(__FILE__, __LINE__, "cpu_exec_backward without a forward pass first");
   run_nodes(x, x->nforward, x->ir->nnodes);
+  x->forward_ran = false;
+}
+
+void cpu_exec_keep_values(CpuExec *x, bool keep) {
+  cpu_pool_reset(x);
+  x->forward_ran = false;
+  x->keep_values = keep;
 }
 
 // --- access -----------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // Two modes: fp32 (float buffers, precision emulated as the GPU computes it: each node's output
 // rounded to its dtype, fp8/mxfp8 matmul operands quantized per numerics.h) and fp64 (double
 // buffers, no rounding, for gradient checks against finite differences).
+// docs/executor.md describes it: layouts, modes, precision emulation, initialization, speed.
 // defines: CpuExec, cpu_exec_new, cpu_exec_forward, cpu_exec_backward
 #ifndef GEMC_CPU_EXEC_H
 #define GEMC_CPU_EXEC_H
@@ -30,7 +31,10 @@ void cpu_exec_free(CpuExec *x);
 void cpu_exec_init_params(CpuExec *x, uint64_t seed);
 
 // Binds one batch (its sizes and data); the batch must outlive the next forward/backward.
-// Returns false (and writes why) when it does not match the IR.
+// Returns false (and writes why) when it does not match the IR: the number of jagged dims or
+// features, offsets that do not start at 0, run backwards, exceed a max length or disagree
+// with the totals, too few entries, or ids outside a table. B may differ from the model's
+// batch (value buffers are sized per batch).
 bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *why, size_t why_size);
 
 // Runs nodes [0, nforward) and returns the loss (NaN when the IR has none).
@@ -39,12 +43,21 @@ double cpu_exec_forward(CpuExec *x);
 void cpu_exec_backward(CpuExec *x);
 
 // The buffer of tensor t (float * in EXEC_F32 mode, double * in EXEC_F64), and its number of
-// elements for the bound batch. Parameters and tables persist across batches.
+// elements for the bound batch. Parameters and tables persist across batches. Values share
+// buffers by liveness (a buffer goes back to a pool after the last node that reads it), so
+// after cpu_exec_forward the values the backward pass reads are still there, and after
+// cpu_exec_backward only the loss and the gradients are; a value whose buffer was given back
+// has data NULL. cpu_exec_keep_values keeps them all. Each cpu_exec_backward needs its own
+// cpu_exec_forward before it.
 void *cpu_exec_data(CpuExec *x, int t);
 int64_t cpu_exec_numel(const CpuExec *x, int t);
+// Gives every value its own buffer, kept after the run, so any value can be read (tests,
+// debugging); costs the memory of all values at once. Takes effect from the next forward.
+void cpu_exec_keep_values(CpuExec *x, bool keep);
 // The gradient of parameter or table tensor t: for a parameter, a dense buffer like the
-// parameter; for a table, its rows tensor: *nrows distinct ascending ids in *row_ids and
-// *nrows x D values. Returns NULL when t has no gradient.
+// parameter (*nrows = 0, *row_ids = NULL); for a table, its rows tensor: *nrows distinct
+// ascending ids in *row_ids and *nrows x D values. Returns NULL when t has no gradient.
+// nrows and row_ids may be NULL.
 void *cpu_exec_grad(CpuExec *x, int t, int64_t *nrows, const int64_t **row_ids);
 
 // The model's tasks: one per bce node, in IR order. After a forward, cpu_exec_task_probs

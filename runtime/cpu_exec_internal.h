@@ -2,7 +2,7 @@
 // (buffers, the bound batch, the node loop); the op kernels are written once over a `real`
 // type (cpu_*_real.h) and compiled twice, over float in cpu_kernels_f32.c and over double in
 // cpu_kernels_f64.c; cpu_init.c fills the parameters.
-// defines: CpuExec, TensorBuf, NodeKernel, cpu_kernels_f32, cpu_kernels_f64, cpu_rows_of
+// defines: CpuExec, TensorBuf, NodeKernel, cpu_kernels_f32, cpu_kernels_f64, cpu_scratch
 #ifndef GEMC_CPU_EXEC_INTERNAL_H
 #define GEMC_CPU_EXEC_INTERNAL_H
 
@@ -13,17 +13,28 @@
 #include "cpu_exec.h"
 #include "ir.h"
 
-// The storage of one tensor for the bound batch. `data` holds float or double per the mode.
+// The storage of one tensor for the bound batch. `data` holds float or double per the mode:
+// the tensor's own buffer, or a pooled one (cpu_pool.c) while the value is alive.
 typedef struct TensorBuf {
-  void *data;
+  void *data;         // NULL for a pooled value that is not alive
+  void *own;          // the tensor's own buffer (inputs, parameters, kept values)
+  int64_t own_cap;    // elements allocated in `own`
+  int block;          // the pool block holding it, or -1
   int64_t numel;      // elements for the bound batch (rows * width)
-  int64_t cap;        // elements allocated
-  int64_t rows;       // dense: B; set: B*k; jagged: T; fixed: d0; scalar: 1; rows layout: U
-  int64_t width;      // elements per row (1 for [B] tensors, fixed[d0] and scalars)
+  int64_t rows;       // dense: B; set: B*k; jagged: T; fixed[d0, d1]: d0; rows layout: U;
+                      // fixed[d0] and scalars: 1
+  int64_t width;      // elements per row (fixed[d0]: d0; [B] tensors and scalars: 1)
   int64_t *ids;       // i64 inputs: the batch's ids (not copied)
   int64_t *row_ids;   // rows layout (table gradients): the distinct ids, ascending
   int64_t cap_ids;
 } TensorBuf;
+
+// One buffer of the value pool (cpu_pool.c).
+typedef struct PoolBlock {
+  void *data;
+  int64_t cap;        // elements
+  int owner;          // the tensor using it, or -1 when free
+} PoolBlock;
 
 // A growable scratch buffer; kernels ask for what they need per call.
 typedef struct Scratch {
@@ -48,13 +59,20 @@ struct CpuExec {
   const int64_t **offsets;  // per jagged dim: B+1 offsets
   // Attention backward: the three nodes of one forward attention are computed in one pass.
   // fused[i] >= 0 names the node that already wrote node i's output (then it is skipped);
-  // for a leader, bwd_q/k/v[i] are the node indices of its siblings (or -1).
+  // for the node that runs, bwd_q/k/v[i] are the nodes whose outputs it writes, itself
+  // included (-1: none of that kind).
   int *fused, *bwd_q, *bwd_k, *bwd_v;
   // Tasks: one per bce node.
   int ntasks;
   int *task_node;
   float **task_probs;   // [ntasks][task_cap]
   int64_t task_cap;
+  // The value pool: each value's last reader, and the buffers.
+  bool keep_values;     // every value keeps its own buffer (cpu_exec_keep_values)
+  bool forward_ran;     // a forward pass since the last backward pass (pooled buffers live)
+  int *last_use;        // per tensor: the last node that reads it, or -1
+  PoolBlock *pool;
+  int npool, cap_pool;
   Scratch scratch[CPU_SCRATCH_SLOTS];
   void *gemm_work;      // packing buffers of the blocked matmul
   bool wide_kernels;    // use the AVX2+FMA matmul tile (x86-64 CPUs that have it)
@@ -87,12 +105,21 @@ typedef void (*NodeKernel)(CpuExec *x, int node);
 extern const NodeKernel cpu_kernels_f32[OP_COUNT];
 extern const NodeKernel cpu_kernels_f64[OP_COUNT];
 
-// Rows of tensor t for the bound batch (see TensorBuf.rows); its offsets when jagged.
-int64_t cpu_rows_of(const CpuExec *x, int t);
+// The offsets of tensor t's jagged dim for the bound batch (NULL when t is not jagged).
 const int64_t *cpu_offsets_of(const CpuExec *x, int t);
 // Ensures the rows tensor t can hold nrows rows (ids and values), sets its rows and numel.
 void cpu_resize_rows(CpuExec *x, int t, int64_t nrows);
 // A scratch buffer of at least `bytes` (one per slot, kept across calls; contents are not).
 void *cpu_scratch(CpuExec *x, int slot, size_t bytes);
+
+// The value pool (cpu_pool.c): whether tensor t lives in it; the liveness plan (cpu_exec_new);
+// a buffer for output t; giving back the buffers of node's inputs that it read last; giving
+// back every buffer (each forward pass starts so); freeing the pool.
+bool cpu_pool_holds(const CpuExec *x, int t);
+void cpu_pool_plan(CpuExec *x);
+void cpu_pool_take(CpuExec *x, int t);
+void cpu_pool_release_inputs(CpuExec *x, int node);
+void cpu_pool_reset(CpuExec *x);
+void cpu_pool_free(CpuExec *x);
 
 #endif

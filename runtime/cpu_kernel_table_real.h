@@ -1,6 +1,6 @@
 // cpu_kernel_table_real.h: the op -> kernel table of one instantiation of the CPU executor's
-// kernels (cpu_kernels_f32.c, cpu_kernels_f64.c). An op missing here is refused by
-// cpu_exec_new with a clear message.
+// kernels (cpu_kernels_f32.c, cpu_kernels_f64.c). Every op of ops.def has one; cpu_exec_new
+// treats a missing one as an internal error.
 
 const NodeKernel K(cpu_kernels)[OP_COUNT] = {
     [OP_EMBED] = K(op_embed),

@@ -70,7 +70,6 @@ static void K(gemm)(CpuExec *x, int64_t M, int64_t N, int64_t Kd, real alpha, co
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < N; j++) c[i * ldc + j] = 0;
   if (M <= 0 || N <= 0 || Kd <= 0) return;
-  { extern double gemm_flops_dbg; extern long gemm_calls_dbg; gemm_flops_dbg += 2.0 * M * N * Kd; gemm_calls_dbg++; }
   real *pa = x->gemm_work, *pb = pa + (size_t)MM_MC * MM_KC;
   K(MmTile) tile = K(mm_tile);
 #if CPU_WIDE_KERNELS

@@ -50,6 +50,10 @@ static double rng_unit(void) { return (double)(rng_next() >> 11) * 0x1p-53; }
 static int64_t rng_below(int64_t n) { return (int64_t)(rng_next() % (uint64_t)n); }
 static double rng_sym(double a) { return a * (2 * rng_unit() - 1); }
 
+// Which ops the cases so far have run: the last test checks that every op of ops.def was
+// differentiated at least once.
+static bool op_seen[OP_COUNT];
+
 // --- one case: a compiled model, its executor and a batch -------------------------------
 
 typedef struct Case {
@@ -115,6 +119,7 @@ static void case_compile(Case *c, const char *body) {
     print_message("the backward IR fails verification: %s\n", why);
     fail();
   }
+  for (int i = 0; i < c->ir.nnodes; i++) op_seen[c->ir.nodes[i].op] = true;
   schema_from_ir(&c->ir, &c->schema);
 }
 
@@ -486,6 +491,15 @@ static void test_gradcheck_pffn_set_q(void **state) {
             "  loss bce(y, click);\n");
 }
 
+// Runs last: the cases above ran every op of ops.def, forward and backward.
+static void test_gradcheck_every_op_was_checked(void **state) {
+  (void)state;
+  for (int op = 0; op < OP_COUNT; op++) {
+    if (!op_seen[op]) print_message("no case runs op %s\n", op_name((OpKind)op));
+    assert_true(op_seen[op]);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gradcheck_linear_bias_and_fused_acts),
@@ -508,6 +522,7 @@ int main(void) {
       cmocka_unit_test(test_gradcheck_pma_every_act),
       cmocka_unit_test(test_gradcheck_pffn_dense_q),
       cmocka_unit_test(test_gradcheck_pffn_set_q),
+      cmocka_unit_test(test_gradcheck_every_op_was_checked),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
