@@ -16,7 +16,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
            -Wvla -Wformat=2 -Wundef -Wpointer-arith -Wcast-qual
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 OPT     ?= -O2 -g
-CPPFLAGS_GEMC := -Icompiler -Iruntime -I$(BUILD)/grammar
+CPPFLAGS_GEMC := -Icompiler -Iruntime -Icodegen -I$(BUILD)/grammar
 CFLAGS_GEMC   := $(CSTD) $(OPT) $(WARN) $(CPPFLAGS_GEMC) $(EXTRA_CFLAGS)
 # The scanner and parser that flex and bison write are not ours to lint.
 CFLAGS_GEN    := $(CSTD) $(OPT) -Wall -Werror -Wno-unused-function -Wno-unused-but-set-variable \
@@ -24,10 +24,10 @@ CFLAGS_GEN    := $(CSTD) $(OPT) -Wall -Werror -Wno-unused-function -Wno-unused-b
 LDLIBS_GEMC   := -lm $(EXTRA_LDFLAGS)
 
 LIB_SRCS  := $(filter-out compiler/main.c,$(wildcard compiler/*.c)) $(wildcard grammar/*.c) \
-             $(wildcard runtime/*.c)
+             $(wildcard runtime/*.c) $(wildcard codegen/*.c)
 LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) \
              $(BUILD)/obj/grammar/parser.tab.o $(BUILD)/obj/grammar/scanner.o
-HEADERS   := $(wildcard compiler/*.h compiler/*.def grammar/*.h runtime/*.h) $(BUILD)/grammar/parser.tab.h
+HEADERS   := $(wildcard compiler/*.h compiler/*.def grammar/*.h runtime/*.h codegen/*.h) $(BUILD)/grammar/parser.tab.h
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
