@@ -3,7 +3,14 @@
 // optimizer), plus a memory plan. Sizes that depend on the batch (B and each jagged total T)
 // are symbolic: SymSize. The plan prints as stable text (`gemc emit -o DIR` writes plan.txt)
 // and reads back, so an AOT artifact can carry it.
-// defines: SymSize, Buffer, LaunchArg, Launch, Plan
+// defines: SymSize, Buffer, LaunchArg, Launch, TileList, Scratch, Plan
+//
+// Storage conventions the runtime and the kernels share:
+//   - every tensor is rows x width, row-major, in its dtype (fp8/mxfp8 values are stored as
+//     bf16, i64 ids as int64); rows: B (dense), B*k (set), T_j (jagged), d0 (fixed), 1 (scalar)
+//   - a ROWS tensor (a table's sparse gradient) is [int64 U][int64 ids[Umax]][fp32 Umax x D],
+//     Umax = the occurrences of the table's ids in the batch; written by table_grad on device
+//   - scalars (losses) are one fp32
 #ifndef GEMC_PLAN_H
 #define GEMC_PLAN_H
 
@@ -44,6 +51,7 @@ typedef enum ArgKind {
   ARG_STEP,      // int64: the optimizer step (1, 2, ...)
   ARG_TILES,     // int32 device array of the tile list `tiles` (attention; built per batch)
   ARG_WORKSPACE, // device scratch of `size` bytes, zeroed before the launch
+  ARG_SCRATCH,   // device pointer to codegen temporary `slot` (Plan.scratch): its buffer + offset
 } ArgKind;
 
 typedef struct LaunchArg {
@@ -57,12 +65,12 @@ typedef struct LaunchArg {
 typedef enum LaunchKind {
   LAUNCH_KERNEL,  // a generated kernel from Plan.source
   LAUNCH_GEMM,    // a cuBLASLt matmul (see gemm_*), for dense linear layers
-  LAUNCH_ZERO,    // memset tensor `zero_tensor` to 0 (gradient accumulators)
+  LAUNCH_ZERO,    // memset `zero_arg` (ARG_TENSOR or ARG_SCRATCH) to 0 over `zero_bytes`
 } LaunchKind;
 
 // How many blocks a kernel launch has.
 typedef enum GridKind {
-  GRID_FIXED,     // grid = ceil(size / per_block) blocks
+  GRID_FIXED,     // grid = ceil(size / per_block) blocks; 0 blocks (an empty batch): skip it
   GRID_TILES,     // grid = number of tiles in tile list `tiles` (attention, zigzag order)
 } GridKind;
 
@@ -88,13 +96,16 @@ typedef struct Launch {
   // optional epilogue (bias add, activation). For fp8 inputs alpha carries the scales.
   LaunchArg gemm_a, gemm_b, gemm_c, gemm_bias;
   SymSize gemm_m;
-  int64_t gemm_n, gemm_k;
+  int64_t gemm_n;
+  SymSize gemm_k;        // symbolic for linear_bwd_w (the reduction runs over the rows)
   bool gemm_trans_a, gemm_trans_b, gemm_has_bias;
   float gemm_beta;
   Act gemm_act;
   DType gemm_dtype;      // operand type: fp32, bf16, fp16
   // LAUNCH_ZERO
-  int zero_tensor;
+  int zero_tensor;       // the tensor when zero_arg is ARG_TENSOR, else -1
+  LaunchArg zero_arg;
+  SymSize zero_bytes;
 } Launch;
 
 // A tile list for an attention node: the runtime builds it per batch from the offsets, keeping
@@ -112,6 +123,16 @@ typedef struct TileList {
   bool zigzag;
 } TileList;
 
+// A temporary that codegen needs between launches and the IR does not name: a cast or
+// quantized GEMM operand, an fp32 pre-activation, norm statistics, the sort of table_grad.
+// It takes part in the memory plan like a tensor.
+typedef struct Scratch {
+  const char *name;          // "y.mlp0.l0.preact", "items.grad.perm"
+  SymSize bytes;
+  int buffer;                // index into Plan.buffers
+  SymSize offset;            // byte offset inside it
+} Scratch;
+
 typedef struct Plan {
   Arena *arena;
   const Ir *ir;              // forward + backward IR the plan implements
@@ -122,10 +143,23 @@ typedef struct Plan {
   SymSize *tensor_offset;    // [ir->ntensors]: byte offset inside its buffer
   Launch *launches; int nlaunches;
   TileList *tiles; int ntiles;
+  Scratch *scratch; int nscratch;
+  int *optstate_buffer;      // [2 * ir->ntensors]: buffer of optimizer state slot s of tensor t
+                             // at [2t + s] (AdamW m, v; row-wise Adagrad's rowsum in slot 0);
+                             // -1 when none
 } Plan;
 
-// Lowers a verified forward+backward IR (with its gradients) to a plan for `target`.
+// Lowers a verified forward+backward IR (with its gradients) to a plan for `target` (NULL: the
+// IR's own). Errors (an op codegen cannot lower yet) go to d.
 bool plan_build(const Ir *ir, const char *target, Arena *arena, Diag *d, Plan *out);
+
+// Options for tools and tests. skip_attention leaves attention nodes out (a comment marks
+// each): the plan is incomplete, but every other kernel can be compiled and checked.
+typedef struct PlanOptions {
+  bool skip_attention;
+} PlanOptions;
+bool plan_build_with(const Ir *ir, const char *target, const PlanOptions *opt, Arena *arena,
+                     Diag *d, Plan *out);
 void plan_print(FILE *out, const Plan *p);
 bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *out);
 

@@ -30,6 +30,7 @@ static const char usage_line[] =
     "       gemc [options] ir FILE [--emit=STAGE] [--dump-after=PASS] [--grad] [-o OUT]\n"
     "       gemc [options] train FILE [train options]   (gemc train --help)\n"
     "       gemc [options] data convert MODEL.gem IN.tsv -o OUT [--sep tab|comma]\n"
+    "       gemc [options] emit FILE [--arch A] [--emit=cu|plan|ptx|cubin] [-o DIR]\n"
     "       gemc help | --help | --version\n";
 
 const char *stage_name(Stage s) {
@@ -112,6 +113,8 @@ static bool parse_command(const char *word, Command *out) {
   else if (strcmp(word, "ir") == 0) *out = CMD_IR;
   else if (strcmp(word, "train") == 0) *out = CMD_TRAIN;
   else if (strcmp(word, "data") == 0) *out = CMD_DATA;
+  else if (strcmp(word, "emit") == 0) *out = CMD_EMIT;
+  else if (strcmp(word, "build") == 0) *out = CMD_BUILD;
   else if (strcmp(word, "help") == 0) *out = CMD_HELP;
   else return false;
   return true;
@@ -125,7 +128,8 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
   char list[512];
   if (!has_command) return usage_error(err, "no command given");
   if (o->command == CMD_HELP) return true;
-  if (o->command == CMD_TRAIN || o->command == CMD_DATA) {
+  if (o->command == CMD_TRAIN || o->command == CMD_DATA || o->command == CMD_EMIT ||
+      o->command == CMD_BUILD) {
     if (emit || o->dump_after || o->output || o->grad)
       return usage_error(err, "--emit, --dump-after, --grad and -o only apply to 'gemc ir'");
     return true;  // the command's own parser checks the rest, --arch included
@@ -172,10 +176,11 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
       if (!has_command) {
         if (!parse_command(arg, &o->command))
           return usage_error(err, "unknown command '%s'; the commands are: check, ir, "
-                             "train, data, help", arg);
+                             "train, data, emit, build, help", arg);
         has_command = true;
         // train and data parse their own options (commands.h): hand them the rest.
-        if (o->command == CMD_TRAIN || o->command == CMD_DATA) {
+        if (o->command == CMD_TRAIN || o->command == CMD_DATA || o->command == CMD_EMIT ||
+            o->command == CMD_BUILD) {
           o->rest = argv + i + 1;
           o->nrest = argc - i - 1;
           break;
@@ -246,6 +251,7 @@ void cli_print_help(FILE *out) {
           "  train FILE           train the model on the CPU (gemc train --help: its options)\n"
           "  data convert MODEL.gem IN.tsv -o OUT\n"
           "                       turn a TSV/CSV of records into a data file for MODEL\n"
+          "  emit FILE            lower FILE to CUDA C and a launch plan (docs/codegen.md)\n"
           "  help                 print this text\n"
           "\n"
           "options for every command:\n"

@@ -14,6 +14,8 @@ typedef enum Command {
   CMD_IR,       // gemc ir FILE
   CMD_TRAIN,    // gemc train FILE [train options] (cmd_train.c parses the rest)
   CMD_DATA,     // gemc data convert ... (cmd_data.c parses the rest)
+  CMD_EMIT,     // gemc emit FILE [emit options] (cmd_emit.c parses the rest)
+  CMD_BUILD,    // gemc build FILE --arch A,B -o OUT.gemb (cmd_build.c parses the rest)
   CMD_HELP,     // gemc help, gemc --help
   CMD_VERSION,  // gemc --version
 } Command;

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "commands.h"        // defines: cmd_train
+#include "cuda_driver.h"     // defines: cuda_usable
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: LoadedModel, load_model
 #include "report_json.h"     // defines: ReportRun, report_write_json
@@ -40,14 +41,15 @@ static const char train_usage[] =
     "                  [--save DIR] [--save-every N] [--resume DIR] [--quiet]\n"
     "                  [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n"
     "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
-    "                  [--id-vocab N] [--progress auto|live|plain]\n";
+    "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n";
 
 static void print_train_help(FILE *out) {
   fprintf(out,
           "gemc train: train a model on synthetic data or a data file\n"
           "\n%s\n"
           "  --backend B        cpu, cuda or auto (default auto: the GPU when one is usable,\n"
-          "                     else the CPU executor; this build has only the CPU backend)\n"
+          "                     else the CPU executor)\n"
+          "  --artifact F.gemb  cuda: the kernels of a `gemc build` artifact (no NVRTC)\n"
           "  --steps N          optimizer steps to take in this run (default %d); with --resume,\n"
           "                     N more steps\n"
           "  --batch B          examples per step (default: the model's batch)\n"
@@ -233,6 +235,7 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
       {"--save", &c->save, "a directory"},
       {"--resume", &c->resume, "a directory"},
       {"--arch", &c->arch, "sm_90a or sm_100a"},
+      {"--artifact", &c->opt.artifact, "an artifact file (gemc build)"},
   };
   for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
     if ((got = option_value(argc, argv, i, paths[k].name, &v)) == 0) continue;
@@ -294,27 +297,35 @@ static int parse_train(const CliOptions *o, TrainCli *c, FILE *err) {
 
 // --- the backend ------------------------------------------------------------------------
 
-static bool gpu_present(void) {
-  return access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia/version", F_OK) == 0;
-}
-
-// Picks the backend; on failure prints why and returns false.
-static bool choose_backend(Backend b, char *reason, size_t size) {
-  bool gpu = gpu_present();
-  switch (b) {
+// Picks the backend (sets c->opt.cuda); on failure prints why and returns false.
+static bool choose_backend(TrainCli *c, char *reason, size_t size) {
+  char why[512] = "";
+  switch (c->backend) {
   case BACKEND_CPU:
     snprintf(reason, size, "--backend cpu");
+    if (c->opt.artifact) {
+      fprintf(stderr, "gemc: error: --artifact needs the cuda backend, not --backend cpu\n");
+      return false;
+    }
     return true;
   case BACKEND_AUTO:
-    snprintf(reason, size, "auto: %s", gpu ? "a GPU is present, but this build has no CUDA "
-                                             "backend yet"
-                                           : "no GPU found");
+    c->opt.cuda = cuda_usable(why, sizeof why);
+    if (!c->opt.cuda && c->opt.artifact) {
+      fprintf(stderr, "gemc: error: --artifact needs a GPU: %s\n", why);
+      return false;
+    }
+    if (c->opt.cuda) snprintf(reason, size, "auto: a GPU is usable");
+    else snprintf(reason, size, "auto: no usable GPU: %.120s", why);
     return true;
   case BACKEND_CUDA:
-    fprintf(stderr, "gemc: error: --backend cuda: the CUDA backend is not built yet (%s); use "
-            "--backend cpu or auto\n", gpu ? "a GPU is present, but this build cannot use it"
-                                           : "and no GPU was found");
-    return false;
+    if (!cuda_usable(why, sizeof why)) {
+      fprintf(stderr, "gemc: error: --backend cuda: no usable GPU (%s); use --backend cpu or "
+              "auto\n", why);
+      return false;
+    }
+    c->opt.cuda = true;
+    snprintf(reason, size, "--backend cuda");
+    return true;
   }
   GEMC_UNREACHABLE();
 }
@@ -332,7 +343,10 @@ static void print_banner(const TrainCli *c, const Trainer *t, const char *reason
                          int64_t resumed_from) {
   int64_t tables = 0, params = trainer_param_count(t, &tables);
   printf("gemc train: model %s (%s)\n", trainer_model_name(t), c->file);
-  printf("  backend  cpu (%s)\n", reason);
+  if (trainer_device(t))
+    printf("  backend  cuda (%s) on %s\n", reason, trainer_device(t));
+  else
+    printf("  backend  cpu (%s)\n", reason);
   printf("  params   %" PRId64 " (%" PRId64 " in tables, %" PRId64 " dense)\n", params, tables,
          params - tables);
   printf("  steps    %" PRId64, c->steps);
@@ -379,6 +393,13 @@ static void print_summary(const Trainer *t, const LoopResult *r) {
            "training, %.2f s in all)\n",
            r->examples_per_second, r->steps, trainer_batch(t), trainer_step_seconds(t),
            r->seconds);
+  if (r->steps > 0 && trainer_device(t)) {
+    double secs = trainer_step_seconds(t), peak = trainer_peak_tflops(t);
+    double tflops = secs > 0 ? trainer_flops(t) / secs / 1e12 : 0;
+    printf("  step time %.3f ms; %.1f TFLOP/s useful (IR FLOPs over real lengths); Local MFU "
+           "%.2f%% of the %.0f TFLOP/s datasheet peak\n",
+           1e3 * secs / (double)r->steps, tflops, peak > 0 ? 100 * tflops / peak : 0, peak);
+  }
   fflush(stdout);
 }
 
@@ -412,7 +433,8 @@ static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64
   if (!c->quiet) print_summary(t, &r);
   int rc = GEMC_EXIT_OK;
   if (c->report) {
-    ReportRun run = {.source = c->file, .backend = "cpu", .backend_reason = reason,
+    ReportRun run = {.source = c->file, .backend = trainer_device(t) ? "cuda" : "cpu",
+                     .backend_reason = reason,
                      .data = c->opt.data_path, .lengths = synth_length_dist_name(c->opt.lengths),
                      .resumed_from = resumed_from, .resume_dir = c->resume, .save_dir = c->save};
     if (!report_write_json(c->report, t, &r, &run, err, sizeof err)) {
@@ -434,7 +456,8 @@ int cmd_train(const CliOptions *o) {
   if (parsed == 0) return GEMC_EXIT_USAGE;
 
   char reason[160];
-  if (!choose_backend(c.backend, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
+  if (!choose_backend(&c, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
+  c.opt.gpu_log = c.quiet ? NULL : stdout;
   if (c.report && !report_writable(c.report)) return GEMC_EXIT_USER_ERROR;
 
   LoadedModel m;

@@ -11,5 +11,9 @@
 int cmd_train(const CliOptions *o);
 // gemc data convert MODEL.gem IN -o OUT [--sep tab|comma]
 int cmd_data(const CliOptions *o);
+// gemc emit FILE [--arch A] [--emit=cu|plan|ptx|cubin] [-o DIR]
+int cmd_emit(const CliOptions *o);
+// gemc build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb
+int cmd_build(const CliOptions *o);
 
 #endif

@@ -139,6 +139,8 @@ int main(int argc, char **argv) {
   case CMD_IR: rc = run_ir(&o); break;
   case CMD_TRAIN: rc = cmd_train(&o); break;
   case CMD_DATA: rc = cmd_data(&o); break;
+  case CMD_EMIT: rc = cmd_emit(&o); break;
+  case CMD_BUILD: rc = cmd_build(&o); break;
   }
   cli_free(&o);
 

@@ -18,8 +18,10 @@
 #include "checkpoint.h"
 #include "cpu_exec.h"
 #include "datafile.h"
+#include "flops.h"
 #include "internal_error.h"
 #include "optim.h"
+#include "train_gpu.h"
 
 // The synthetic held-out examples start here; the training stream would need 2^50 examples
 // to get there.
@@ -69,6 +71,13 @@ struct Trainer {
   TaskMetrics *eval_tasks;
   double *teacher_ne;
   double step_seconds;
+  double flops;          // useful FLOPs of this run's steps
+
+  // The cuda backend: the session, whether the next training batch is already uploaded
+  // (prefetched while the previous step ran), and each task's labels of the step in flight.
+  GpuSession *gpu;
+  bool gpu_prefetched;
+  float **gpu_labels;    // [ntasks][B]
 };
 
 static bool fail(char *err, size_t err_size, const char *fmt, ...)
@@ -242,6 +251,15 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     if (t->eval_count < t->B) t->eval_count = t->B;
     t->eval_first = SYNTH_EVAL_FIRST;
   }
+  if (ok && o->cuda) {
+    GpuSessionOptions go = {.artifact = o->artifact, .model_key = t->key, .max_batch = t->B,
+                            .graphs = true, .log = o->gpu_log};
+    t->gpu = gpu_session_open(ir, t->x, &go, err, err_size);
+    ok = t->gpu != NULL;
+    t->gpu_labels = xcalloc((size_t)t->ntasks, sizeof *t->gpu_labels);
+    for (int k = 0; ok && k < t->ntasks; k++)
+      t->gpu_labels[k] = xcalloc((size_t)t->B, sizeof(float));
+  }
   if (!ok) {
     trainer_free(t);
     return NULL;
@@ -269,6 +287,9 @@ void trainer_free(Trainer *t) {
   if (t->synth) synth_free(t->synth);
   if (t->reader) datafile_close_reader(t->reader);
   if (t->x) cpu_exec_free(t->x);
+  gpu_session_close(t->gpu);
+  for (int k = 0; t->gpu_labels && k < t->ntasks; k++) free(t->gpu_labels[k]);
+  free(t->gpu_labels);
   free(t);
 }
 
@@ -331,9 +352,48 @@ static void apply_optimizers(Trainer *t) {
   }
 }
 
+// One step on the GPU. The batch of this step was usually uploaded during the previous step;
+// while this one runs, the next batch is made and uploaded (the copy stream overlaps it with
+// compute), then the loss and the probabilities are read back.
+static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
+  if (!t->gpu_prefetched &&
+      (!next_training_batch(t, err, err_size) ||
+       !gpu_session_set_batch(t->gpu, &t->batch, err, err_size)))
+    return false;
+  t->flops += step_flops(t->ir, &t->batch, true);
+  for (int k = 0; k < t->ntasks; k++)
+    memcpy(t->gpu_labels[k], task_labels(t, k), (size_t)t->B * sizeof(float));
+  if (!gpu_session_launch(t->gpu, true, t->step + 1, err, err_size)) return false;
+  t->cursor += t->B;
+  t->gpu_prefetched = next_training_batch(t, err, err_size) &&
+                      gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
+  t->cursor -= t->B;
+  double l;
+  if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
+  if (!isfinite(l))
+    return fail(err, err_size, "the loss is %g at step %" PRId64 ": training diverged (try a "
+                "smaller --lr)", l, t->step + 1);
+  for (int k = 0; k < t->ntasks; k++) {
+    const float *probs = gpu_session_probs(t->gpu, k);
+    metrics_add(&t->window[k], probs, t->gpu_labels[k], t->B);
+    metrics_add(&t->tail[k], probs, t->gpu_labels[k], t->B);
+  }
+  *loss = l;
+  return true;
+}
+
 bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double start = now_seconds();
+  if (t->gpu) {
+    if (!gpu_step(t, loss, err, err_size)) return false;
+    push_loss(t, *loss);
+    t->step++;
+    t->cursor += t->B;
+    t->step_seconds += now_seconds() - start;
+    return true;
+  }
   if (!next_training_batch(t, err, err_size) || !bind_batch(t, err, err_size)) return false;
+  t->flops += step_flops(t->ir, &t->batch, true);
   double l = cpu_exec_forward(t->x);
   if (!isfinite(l))
     return fail(err, err_size, "the loss is %g at step %" PRId64 ": training diverged (try a "
@@ -366,11 +426,23 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
     int64_t first = t->eval_first + i * t->B;
     if (t->synth) synth_batch(t->synth, first, &t->batch);
     else ok = datafile_read(t->reader, first, &t->batch, err, err_size);
-    ok = ok && bind_batch(t, err, err_size);
-    if (!ok) break;
-    loss_sum += cpu_exec_forward(t->x);
+    if (t->gpu) {
+      // The evaluation batches go through the same slots: the prefetched one is dropped.
+      t->gpu_prefetched = false;
+      double l = NAN;
+      ok = ok && gpu_session_set_batch(t->gpu, &t->batch, err, err_size) &&
+           gpu_session_launch(t->gpu, false, t->step, err, err_size) &&
+           gpu_session_finish(t->gpu, &l, err, err_size);
+      if (!ok) break;
+      loss_sum += l;
+    } else {
+      ok = ok && bind_batch(t, err, err_size);
+      if (!ok) break;
+      loss_sum += cpu_exec_forward(t->x);
+    }
     for (int k = 0; k < t->ntasks; k++) {
-      metrics_add(&model[k], cpu_exec_task_probs(t->x, k), task_labels(t, k), t->B);
+      metrics_add(&model[k], t->gpu ? gpu_session_probs(t->gpu, k) : cpu_exec_task_probs(t->x, k),
+                  task_labels(t, k), t->B);
       if (!t->synth) continue;
       for (int64_t b = 0; b < t->B; b++)
         teacher_probs[b] = (float)synth_teacher_prob(t->synth, &t->batch, b, t->label_feature[k]);
@@ -460,6 +532,9 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
 }
 
 bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
+  if (t->gpu)
+    return fail(err, err_size, "checkpoints are not supported on the cuda backend yet (the "
+                "optimizer state lives on the GPU); train with --backend cpu to save");
   Entries s;
   list_entries(t, &s, t->losses, t->step, t->ncurve);
   s.counters[0] = t->cursor;
@@ -477,6 +552,9 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
 }
 
 bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
+  if (t->gpu)
+    return fail(err, err_size, "resuming is not supported on the cuda backend yet; use "
+                "--backend cpu");
   CkptInfo info;
   if (!checkpoint_info(dir, &info, err, err_size)) return false;
   int64_t nsteps = info.step;
@@ -562,6 +640,11 @@ int64_t trainer_eval_examples(const Trainer *t) { return t->eval_count; }
 int64_t trainer_train_examples(const Trainer *t) { return t->synth ? 0 : t->train_span; }
 const Optim *trainer_dense_optim(const Trainer *t) { return &t->dense_optim; }
 double trainer_step_seconds(const Trainer *t) { return t->step_seconds; }
+const char *trainer_device(const Trainer *t) { return t->gpu ? gpu_session_device(t->gpu) : NULL; }
+double trainer_flops(const Trainer *t) { return t->flops; }
+double trainer_peak_tflops(const Trainer *t) {
+  return peak_tflops(t->gpu ? gpu_session_arch(t->gpu) : t->ir->target, t->ir->precision);
+}
 
 int64_t trainer_param_count(const Trainer *t, int64_t *in_tables) {
   int64_t total = 0, tables = 0;

@@ -30,6 +30,9 @@ typedef struct TrainOptions {
   int64_t id_vocab;       // synthetic: cap on distinct ids per input; 0: the whole table
   int64_t eval_examples;  // synthetic: held-out examples (rounded up to whole batches)
   OptimOverrides optim;
+  bool cuda;              // train on the GPU with generated kernels (train_gpu.h)
+  const char *artifact;   // cuda: the kernels of this `gemc build` artifact, not NVRTC
+  FILE *gpu_log;          // cuda: start-up facts (device, compile times); NULL: none
 } TrainOptions;
 void train_options_default(TrainOptions *o);
 
@@ -99,6 +102,13 @@ int64_t trainer_eval_examples(const Trainer *t);
 int64_t trainer_train_examples(const Trainer *t);   // data file: the training split; 0: synthetic
 const Optim *trainer_dense_optim(const Trainer *t); // after overrides
 double trainer_step_seconds(const Trainer *t);      // wall time spent in trainer_step this run
+// The cuda backend: the device ("NVIDIA H200 (sm_90a, ...)"), or NULL on the CPU backend.
+const char *trainer_device(const Trainer *t);
+// Useful FLOPs of the steps taken this run (flops.h, over the real jagged lengths), and the
+// datasheet peak (TFLOP/s) of the target for the model's precision: Local MFU is
+// flops / trainer_step_seconds / (peak * 1e12).
+double trainer_flops(const Trainer *t);
+double trainer_peak_tflops(const Trainer *t);
 
 // --- the loop (train_loop.c) -------------------------------------------------------------
 

@@ -7,6 +7,8 @@
 #             and backward graph, docs/autodiff.md)
 #   NAME.err  `gemc check NAME.gem` prints exactly this on stderr, and exits 1 when it holds
 #             an error (0 when it holds only warnings and notes)
+#   NAME.cu   `gemc emit NAME.gem` exits 0 and prints exactly this CUDA C on stdout
+#             (docs/codegen.md)
 # Run from anywhere; paths are relative to the repository root so messages are stable.
 #
 #   tests/golden/run.sh [GEMC] [--update] [NAME...]
@@ -96,6 +98,11 @@ for gem in tests/golden/*.gem; do
     "$gemc" ir --grad "$gem" >"$tmp/stdout" 2>"$tmp/stderr"
     compare "$base" grad "$name.grad" "$tmp/stdout" $? 0
   fi
+  if [ -f "$name.cu" ]; then
+    found=1
+    "$gemc" emit "$gem" >"$tmp/stdout" 2>"$tmp/stderr"
+    compare "$base" cu "$name.cu" "$tmp/stdout" $? 0
+  fi
   if [ -f "$name.err" ]; then
     found=1
     "$gemc" check "$gem" >"$tmp/stdout" 2>"$tmp/stderr"
@@ -110,6 +117,8 @@ for gem in tests/golden/*.gem; do
     if "$gemc" check "$gem" >/dev/null 2>"$tmp/stderr"; then
       if [ -s "$tmp/stderr" ]; then
         cp "$tmp/stderr" "$name.err" && echo "golden: created $name.err (warnings)"
+      elif [ "${base#codegen_}" != "$base" ]; then
+        "$gemc" emit "$gem" >"$name.cu" 2>/dev/null && echo "golden: created $name.cu"
       elif [ "${base#grad_}" != "$base" ]; then
         "$gemc" ir --grad "$gem" >"$name.grad" 2>/dev/null && echo "golden: created $name.grad"
       else
@@ -119,12 +128,12 @@ for gem in tests/golden/*.gem; do
       cp "$tmp/stderr" "$name.err" && echo "golden: created $name.err"
     fi
   elif [ "$found" = 0 ]; then
-    report "$base" gem 0 "no expectation: add $base.ir, $base.ast, $base.grad or $base.err"
+    report "$base" gem 0 "no expectation: add $base.ir, $base.ast, $base.grad, $base.cu or $base.err"
   fi
 done
 
 # An expectation whose .gem is gone is a test that silently stopped running.
-for exp in tests/golden/*.ir tests/golden/*.ast tests/golden/*.grad tests/golden/*.err; do
+for exp in tests/golden/*.ir tests/golden/*.ast tests/golden/*.grad tests/golden/*.err tests/golden/*.cu; do
   [ -e "$exp" ] || continue
   if [ ! -f "${exp%.*}.gem" ]; then
     report "$(basename "${exp%.*}")" "${exp##*.}" 0 "expectation without ${exp%.*}.gem"

@@ -1,0 +1,308 @@
+// attention.cuh: device building blocks of gemc's jagged GDPA kernels (docs/attention.md).
+// Warp-level tensor-core pieces (ldmatrix, mma.sync m16n8k16 bf16 -> fp32, cp.async), the
+// activations with their derivatives, and jagged row indexing. The kernels themselves are in
+// attention_forward.cuh and attention_backward.cuh; codegen/emit_attention.c pastes all three
+// into a model's source and writes one small extern "C" wrapper per attention node.
+// No standard headers: bf16 is carried as raw 16-bit words.
+// defines: attn_bf16, attn_half, attn_to_float, attn_store1, AttnRows, attn_act, attn_act_grad, the mma/ldmatrix/cp.async wrappers
+#ifndef GEMC_ATTENTION_CUH
+#define GEMC_ATTENTION_CUH
+
+typedef unsigned short attn_bf16;
+
+// The activations, numbered as gemc's Act enum (compiler/ir.h).
+enum {
+  ATTN_ACT_NONE = 0,
+  ATTN_ACT_SOFTMAX = 1,
+  ATTN_ACT_SILU = 2,
+  ATTN_ACT_GELU = 3,
+  ATTN_ACT_GELU_TAYLOR = 4,
+  ATTN_ACT_RELU = 5,
+  ATTN_ACT_SIGMOID = 6,
+};
+
+enum { ATTN_TILE_KV = 64, ATTN_TILE_BWD = 64 };
+
+#define ATTN_INV_SQRT_2 0.70710678118654752f
+#define ATTN_INV_SQRT_2PI 0.39894228040143268f
+#define ATTN_LOG2E 1.44269504088896341f
+#define ATTN_INF __int_as_float(0x7f800000)
+
+// ---------------------------------------------------------------------------------------------
+// bf16 conversions
+
+__device__ __forceinline__ float attn_bf16_to_float(attn_bf16 x) {
+  return __uint_as_float((unsigned)x << 16);
+}
+
+// Two floats -> one register of two bf16, `lo` at the lower address (round to nearest even).
+__device__ __forceinline__ unsigned attn_pack_bf16(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+__device__ __forceinline__ void attn_store2(attn_bf16 *p, float a, float b) {
+  *(unsigned *)p = attn_pack_bf16(a, b);
+}
+__device__ __forceinline__ void attn_store2(float *p, float a, float b) {
+  p[0] = a;
+  p[1] = b;
+}
+
+// fp16 words, and one-element loads and stores for every storage type.
+struct attn_half {
+  unsigned short bits;
+};
+
+__device__ __forceinline__ float attn_to_float(float x) { return x; }
+__device__ __forceinline__ float attn_to_float(attn_bf16 x) { return attn_bf16_to_float(x); }
+__device__ __forceinline__ float attn_to_float(attn_half x) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
+  return f;
+}
+
+__device__ __forceinline__ void attn_store1(float *p, float x) { *p = x; }
+__device__ __forceinline__ void attn_store1(attn_bf16 *p, float x) {
+  *p = (attn_bf16)(attn_pack_bf16(x, 0.0f) & 0xffffu);
+}
+__device__ __forceinline__ void attn_store1(attn_half *p, float x) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  p->bits = h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Activations (docs/autodiff.md): the functions of runtime/numerics.c in fp32, with fast exp
+// and reciprocal whose errors stay far below bf16's rounding of P. GELU keeps CUDA's erff: on
+// the H200 it measured faster than a branch-free Abramowitz-Stegun erf (scores are small, so
+// erff's short range is the path taken).
+
+__device__ __forceinline__ float attn_sigmoid(float x) {
+  return __fdividef(1.0f, 1.0f + __expf(-x));  // 1/inf = 0 for very negative x
+}
+
+template <int ACT> __device__ __forceinline__ float attn_act(float x) {
+  if (ACT == ATTN_ACT_SILU) return x * attn_sigmoid(x);
+  if (ACT == ATTN_ACT_GELU) return 0.5f * x * (1.0f + erff(x * ATTN_INV_SQRT_2));
+  if (ACT == ATTN_ACT_GELU_TAYLOR) {
+    float x2 = x * x;
+    return 0.5f * x + ATTN_INV_SQRT_2PI * x2 * (1.0f - x2 * (1.0f / 6.0f) + x2 * x2 * (1.0f / 40.0f));
+  }
+  if (ACT == ATTN_ACT_RELU) return x > 0.0f ? x : 0.0f;
+  if (ACT == ATTN_ACT_SIGMOID) return attn_sigmoid(x);
+  return x;
+}
+
+template <int ACT> __device__ __forceinline__ float attn_act_grad(float x) {
+  if (ACT == ATTN_ACT_SILU) {
+    float s = attn_sigmoid(x);
+    return s * (1.0f + x * (1.0f - s));
+  }
+  if (ACT == ATTN_ACT_GELU)
+    return 0.5f * (1.0f + erff(x * ATTN_INV_SQRT_2)) + x * ATTN_INV_SQRT_2PI * __expf(-0.5f * x * x);
+  if (ACT == ATTN_ACT_GELU_TAYLOR) {
+    float x2 = x * x;
+    return 0.5f + ATTN_INV_SQRT_2PI * x * (2.0f - x2 * (4.0f / 6.0f) + x2 * x2 * (6.0f / 40.0f));
+  }
+  if (ACT == ATTN_ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
+  if (ACT == ATTN_ACT_SIGMOID) {
+    float s = attn_sigmoid(x);
+    return s * (1.0f - s);
+  }
+  return 1.0f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Jagged rows. An attention node's operands, per example b: query rows [q_start, +q_len) of q
+// (PMA: the shared seeds), output rows from o_start, key rows [kv_start, +kv_len) of k and v.
+// Rows are d wide; head h owns columns [h*dh, (h+1)*dh).
+
+struct AttnRows {
+  const long long *q_off;  // jagged q: offsets [B+1]; null otherwise
+  const long long *kv_off; // jagged kv: offsets [B+1]; null otherwise
+  int q_fixed;             // rows per example when q is not jagged (set k, seeds k, dense 1)
+  int kv_fixed;            // rows per example when kv is not jagged
+  int q_shared;            // PMA: every example reads seeds rows [0, q_fixed)
+  int d;                   // row width (all heads)
+  int window;              // 0: none
+  int causal;
+  float scale;
+  float inv_norm;          // 1/L with hstu_norm, else 1
+};
+
+struct AttnExample {
+  long long q_start, o_start, kv_start;
+  int q_len, kv_len;
+};
+
+__device__ __forceinline__ AttnExample attn_example(const AttnRows &r, int b) {
+  AttnExample e;
+  if (r.q_off) {
+    e.q_start = e.o_start = r.q_off[b];
+    e.q_len = (int)(r.q_off[b + 1] - r.q_off[b]);
+  } else {
+    e.q_start = r.q_shared ? 0 : (long long)b * r.q_fixed;
+    e.o_start = (long long)b * r.q_fixed;
+    e.q_len = r.q_fixed;
+  }
+  if (r.kv_off) {
+    e.kv_start = r.kv_off[b];
+    e.kv_len = (int)(r.kv_off[b + 1] - r.kv_off[b]);
+  } else {
+    e.kv_start = (long long)b * r.kv_fixed;
+    e.kv_len = r.kv_fixed;
+  }
+  return e;
+}
+
+// Whether query row i sees key j (both within the example), key bounds excluded.
+__device__ __forceinline__ bool attn_visible(const AttnRows &r, int i, int j) {
+  if (r.causal && j > i) return false;
+  if (r.window > 0) {
+    if (j <= i - r.window) return false;
+    if (!r.causal && j >= i + r.window) return false;
+  }
+  return true;
+}
+
+// The keys [*lo, *hi) that query rows [i0, i1) can see, lo rounded down to a key tile.
+__device__ __forceinline__ void attn_key_range(const AttnRows &r, int i0, int i1, int lk, int *lo,
+                                               int *hi) {
+  int a = 0, b = lk;
+  if (r.causal && i1 < b) b = i1;
+  if (r.window > 0) {
+    a = i0 - r.window + 1;
+    if (a < 0) a = 0;
+    if (!r.causal && i1 + r.window - 1 < b) b = i1 + r.window - 1;
+  }
+  a -= a % ATTN_TILE_KV;
+  *lo = a;
+  *hi = b > a ? b : a;
+}
+
+// The query rows [*lo, *hi) that can see keys [j0, j1), lo rounded down to a query tile.
+__device__ __forceinline__ void attn_query_range(const AttnRows &r, int j0, int j1, int lq, int *lo,
+                                                 int *hi) {
+  int a = 0, b = lq;
+  if (r.causal) a = j0;
+  if (r.window > 0) {
+    int top = j1 - 1 + r.window;  // i < j + w for every visible pair
+    if (top < b) b = top;
+    if (!r.causal) {
+      int bottom = j0 - r.window + 1;
+      if (bottom > a) a = bottom;
+    }
+  }
+  if (a < 0) a = 0;
+  a -= a % ATTN_TILE_BWD;
+  *lo = a;
+  *hi = b > a ? b : a;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared-memory tiles: rows of DH bf16, 16-byte chunks XOR-swizzled by row so that ldmatrix
+// reads eight rows of one column chunk without bank conflicts.
+
+template <int DH> __device__ __forceinline__ int attn_smem_index(int row, int col) {
+  enum { CHUNKS = DH / 8 };
+  int chunk = col >> 3;
+  int x = CHUNKS >= 8 ? (row & 7) : ((row / (8 / CHUNKS)) & (CHUNKS - 1));
+  return row * DH + ((chunk ^ x) << 3) + (col & 7);
+}
+
+__device__ __forceinline__ unsigned attn_smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// Copies 16 bytes global -> shared asynchronously; zero-fills when !valid.
+__device__ __forceinline__ void attn_cp_async16(void *dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(attn_smem_addr(dst)),
+               "l"(src), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N> __device__ __forceinline__ void attn_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Loads rows [row0, row0 + ROWS) of one head of a row-major bf16 matrix (row stride ld) into a
+// swizzled tile; rows at or past `len` become zeros. All THREADS threads take part.
+template <int ROWS, int DH, int THREADS>
+__device__ __forceinline__ void attn_load_tile(attn_bf16 *tile, const attn_bf16 *base, long long start,
+                                               int row0, int len, int ld, int col0) {
+  enum { CHUNKS = DH / 8 };
+  for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
+    int r = c / CHUNKS, ch = c % CHUNKS;
+    bool valid = row0 + r < len;
+    const attn_bf16 *src = valid ? base + (start + row0 + r) * ld + col0 + ch * 8 : base;
+    attn_cp_async16(tile + attn_smem_index<DH>(r, ch * 8), src, valid);
+  }
+}
+
+// The same from an fp32 matrix (PMA seeds are fp32 parameters): converted, synchronously.
+template <int ROWS, int DH, int THREADS>
+__device__ __forceinline__ void attn_load_tile(attn_bf16 *tile, const float *base, long long start,
+                                               int row0, int len, int ld, int col0) {
+  enum { PAIRS = DH / 2 };
+  for (int c = threadIdx.x; c < ROWS * PAIRS; c += THREADS) {
+    int r = c / PAIRS, col = (c % PAIRS) * 2;
+    float a = 0.0f, b = 0.0f;
+    if (row0 + r < len) {
+      const float *src = base + (start + row0 + r) * ld + col0 + col;
+      a = src[0];
+      b = src[1];
+    }
+    *(unsigned *)(tile + attn_smem_index<DH>(r, col)) = attn_pack_bf16(a, b);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Warp-level mma. Fragments follow PTX's m16n8k16 layouts: lane = 4*g + t.
+
+__device__ __forceinline__ void attn_ldmatrix_x4(unsigned *r, const attn_bf16 *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(attn_smem_addr(p)));
+}
+__device__ __forceinline__ void attn_ldmatrix_x4_trans(unsigned *r, const attn_bf16 *p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(attn_smem_addr(p)));
+}
+
+// acc (16x8 fp32) += a (16x16 bf16, row-major) * b (16x8 bf16, col-major).
+__device__ __forceinline__ void attn_mma(float *acc, const unsigned *a, const unsigned *b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// A fragment: rows [r0, r0+16), cols [c0, c0+16) of a swizzled tile.
+template <int DH>
+__device__ __forceinline__ void attn_load_a(unsigned *a, const attn_bf16 *tile, int r0, int c0) {
+  int lane = threadIdx.x & 31;
+  attn_ldmatrix_x4(a, tile + attn_smem_index<DH>(r0 + (lane & 15), c0 + (lane >> 4) * 8));
+}
+
+// B fragments for two n-blocks, when the tile holds Bᵀ row-major (n rows, k cols): rows
+// [n0, n0+16) give n, cols [k0, k0+16) give k. b[0..1]: n-block n0, b[2..3]: n0+8.
+template <int DH>
+__device__ __forceinline__ void attn_load_bt(unsigned *b, const attn_bf16 *tile, int n0, int k0) {
+  int lane = threadIdx.x & 31;
+  attn_ldmatrix_x4(b, tile + attn_smem_index<DH>(n0 + (lane & 7) + ((lane >> 4) << 3),
+                                               k0 + ((lane >> 3) & 1) * 8));
+}
+
+// B fragments for two n-blocks, when the tile holds B row-major (k rows, n cols): rows
+// [k0, k0+16) give k, cols [n0, n0+16) give n.
+template <int DH>
+__device__ __forceinline__ void attn_load_b(unsigned *b, const attn_bf16 *tile, int k0, int n0) {
+  int lane = threadIdx.x & 31;
+  attn_ldmatrix_x4_trans(b, tile + attn_smem_index<DH>(k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                                     n0 + (lane >> 4) * 8));
+}
+
+#endif

@@ -1,0 +1,306 @@
+// attention_backward.cuh: the backward GDPA kernel bodies (docs/autodiff.md, "Attention,
+// exactly"), on mma.sync, with no atomics: every output element has one writer.
+//   attn_backward_kv: one block per (example, key tile, head); 4 warps of 16 keys each loop
+//     over the query tiles that can see their keys and accumulate dK = scale·dSᵀQ, dV = PᵀdO.
+//   attn_backward_q:  one block per (example, query tile, head); loops over key tiles and
+//     accumulates dQ = scale·dS·K. For PMA (no tile list) one block per (seed tile, head)
+//     loops over the examples in order and sums their dQ (deterministic, no workspace).
+// Both recompute S = Q·Kᵀ and dP = dO·Vᵀ per tile. dS = dP ⊙ act′(S) ⊙ M for a pointwise
+// act, and P ⊙ (dP − D) for softmax, with P = exp2(S·scale·log2e − lse2) from the stats
+// that attn_forward's preparation mode wrote (lse2 and D per output row and head).
+// defines: attn_backward_kv, attn_backward_q
+#ifndef GEMC_ATTENTION_BACKWARD_CUH
+#define GEMC_ATTENTION_BACKWARD_CUH
+
+template <int DH> struct AttnBackwardSmem {
+  enum { BYTES = 6 * ATTN_TILE_BWD * DH * 2 };
+};
+
+// P and dS of one score element, given s = (Q·Kᵀ) and dp = (dO·Vᵀ) at it.
+template <int ACT>
+__device__ __forceinline__ void attn_grad_element(const AttnRows &r, float s, float dp, bool valid,
+                                                  float2 stat, float *p, float *ds) {
+  if (!valid) {
+    *p = 0.0f;
+    *ds = 0.0f;
+  } else if (ACT == ATTN_ACT_SOFTMAX) {
+    float pr = exp2f(s * r.scale * ATTN_LOG2E - stat.x);
+    *p = pr;
+    *ds = pr * (dp - stat.y);
+  } else {
+    float x = s * r.scale;
+    *p = attn_act<ACT>(x) * r.inv_norm;
+    *ds = dp * attn_act_grad<ACT>(x) * r.inv_norm;
+  }
+}
+
+template <int DH, int ACT, typename QT, typename GT>
+__device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__restrict__ dv,
+                                                 const QT *__restrict__ q,
+                                                 const attn_bf16 *__restrict__ k,
+                                                 const attn_bf16 *__restrict__ v,
+                                                 const attn_bf16 *__restrict__ dout,
+                                                 const AttnRows &r, const int *__restrict__ tiles,
+                                                 const float *__restrict__ stats) {
+  enum { TILE = ATTN_TILE_BWD, THREADS = 128, KSTEPS = DH / 16, SCORE_BLOCKS = TILE / 8,
+         OUT_BLOCKS = DH / 8 };
+  extern __shared__ __align__(128) unsigned char attn_smem[];
+  attn_bf16 *tile_k = (attn_bf16 *)attn_smem;
+  attn_bf16 *tile_v = tile_k + TILE * DH;
+  attn_bf16 *tile_q = tile_v + TILE * DH;   // two stages
+  attn_bf16 *tile_do = tile_q + 2 * TILE * DH;  // two stages
+
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], j0 = tile[1], h = tile[2];
+  const AttnExample e = attn_example(r, b);
+  const int col0 = h * DH, heads = r.d / DH;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int nk = e.kv_len - j0 < TILE ? e.kv_len - j0 : TILE;
+  int qlo, qhi;
+  attn_query_range(r, j0, j0 + nk, e.q_len, &qlo, &qhi);
+  const int nqt = (qhi - qlo + TILE - 1) / TILE;
+
+  attn_load_tile<TILE, DH, THREADS>(tile_k, k, e.kv_start, j0, e.kv_len, r.d, col0);
+  attn_load_tile<TILE, DH, THREADS>(tile_v, v, e.kv_start, j0, e.kv_len, r.d, col0);
+  if (nqt > 0) {
+    attn_load_tile<TILE, DH, THREADS>(tile_q, q, e.q_start, qlo, e.q_len, r.d, col0);
+    attn_load_tile<TILE, DH, THREADS>(tile_do, dout, e.o_start, qlo, e.q_len, r.d, col0);
+  }
+  attn_cp_async_commit();
+
+  float acc_dk[OUT_BLOCKS][4], acc_dv[OUT_BLOCKS][4];
+#pragma unroll
+  for (int n = 0; n < OUT_BLOCKS; n++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) acc_dk[n][c] = acc_dv[n][c] = 0.0f;
+  const int key[2] = {j0 + warp * 16 + g, j0 + warp * 16 + g + 8};
+
+  for (int it = 0; it < nqt; it++) {
+    const int i0 = qlo + it * TILE;
+    if (it + 1 < nqt) {
+      const int stage = (it + 1) & 1;
+      attn_load_tile<TILE, DH, THREADS>(tile_q + stage * TILE * DH, q, e.q_start, i0 + TILE,
+                                        e.q_len, r.d, col0);
+      attn_load_tile<TILE, DH, THREADS>(tile_do + stage * TILE * DH, dout, e.o_start, i0 + TILE,
+                                        e.q_len, r.d, col0);
+      attn_cp_async_commit();
+      attn_cp_async_wait<1>();
+    } else {
+      attn_cp_async_wait<0>();
+    }
+    __syncthreads();
+    const attn_bf16 *stage_q = tile_q + (it & 1) * TILE * DH;
+    const attn_bf16 *stage_do = tile_do + (it & 1) * TILE * DH;
+
+    // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warp's 16 keys and the tile's queries.
+    float s[SCORE_BLOCKS][4], dp[SCORE_BLOCKS][4];
+#pragma unroll
+    for (int n = 0; n < SCORE_BLOCKS; n++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) s[n][c] = dp[n][c] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KSTEPS; kk++) {
+      unsigned frag_k[4], frag_v[4];
+      attn_load_a<DH>(frag_k, tile_k, warp * 16, kk * 16);
+      attn_load_a<DH>(frag_v, tile_v, warp * 16, kk * 16);
+#pragma unroll
+      for (int n2 = 0; n2 < SCORE_BLOCKS / 2; n2++) {
+        unsigned frag[4];
+        attn_load_bt<DH>(frag, stage_q, n2 * 16, kk * 16);
+        attn_mma(s[2 * n2], frag_k, frag);
+        attn_mma(s[2 * n2 + 1], frag_k, frag + 2);
+        attn_load_bt<DH>(frag, stage_do, n2 * 16, kk * 16);
+        attn_mma(dp[2 * n2], frag_v, frag);
+        attn_mma(dp[2 * n2 + 1], frag_v, frag + 2);
+      }
+    }
+
+    // Pᵀ into s, dSᵀ into dp.
+#pragma unroll
+    for (int n = 0; n < SCORE_BLOCKS; n++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) {
+        const int i = i0 + n * 8 + 2 * t + (c & 1), j = key[c >> 1];
+        const bool valid = i < e.q_len && j < e.kv_len && attn_visible(r, i, j);
+        float2 stat = make_float2(0.0f, 0.0f);
+        if (ACT == ATTN_ACT_SOFTMAX && valid)
+          stat = *(const float2 *)(stats + ((e.o_start + i) * heads + h) * 2);
+        attn_grad_element<ACT>(r, s[n][c], dp[n][c], valid, stat, &s[n][c], &dp[n][c]);
+      }
+
+    // dV += Pᵀ·dO and dK += dSᵀ·Q, reducing over the tile's queries.
+#pragma unroll
+    for (int kk = 0; kk < TILE / 16; kk++) {
+      unsigned frag_p[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]),
+                            attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                            attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                            attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      unsigned frag_ds[4] = {attn_pack_bf16(dp[2 * kk][0], dp[2 * kk][1]),
+                             attn_pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
+                             attn_pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                             attn_pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+      for (int n2 = 0; n2 < DH / 16; n2++) {
+        unsigned frag[4];
+        attn_load_b<DH>(frag, stage_do, kk * 16, n2 * 16);
+        attn_mma(acc_dv[2 * n2], frag_p, frag);
+        attn_mma(acc_dv[2 * n2 + 1], frag_p, frag + 2);
+        attn_load_b<DH>(frag, stage_q, kk * 16, n2 * 16);
+        attn_mma(acc_dk[2 * n2], frag_ds, frag);
+        attn_mma(acc_dk[2 * n2 + 1], frag_ds, frag + 2);
+      }
+    }
+    __syncthreads();
+  }
+  attn_cp_async_wait<0>();
+
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int j = key[half];
+    if (j >= e.kv_len) continue;
+    const long long at = (e.kv_start + j) * r.d + col0 + 2 * t;
+#pragma unroll
+    for (int n = 0; n < OUT_BLOCKS; n++) {
+      if (dk)
+        attn_store2(dk + at + n * 8, acc_dk[n][2 * half] * r.scale, acc_dk[n][2 * half + 1] * r.scale);
+      if (dv) attn_store2(dv + at + n * 8, acc_dv[n][2 * half], acc_dv[n][2 * half + 1]);
+    }
+  }
+}
+
+template <int DH, int ACT, typename QT, typename GT>
+__device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long batch,
+                                                const QT *__restrict__ q,
+                                                const attn_bf16 *__restrict__ k,
+                                                const attn_bf16 *__restrict__ v,
+                                                const attn_bf16 *__restrict__ dout,
+                                                const AttnRows &r, const int *__restrict__ tiles,
+                                                const float *__restrict__ stats) {
+  enum { TILE = ATTN_TILE_BWD, THREADS = 128, KSTEPS = DH / 16, SCORE_BLOCKS = TILE / 8,
+         OUT_BLOCKS = DH / 8 };
+  extern __shared__ __align__(128) unsigned char attn_smem[];
+  attn_bf16 *tile_q = (attn_bf16 *)attn_smem;
+  attn_bf16 *tile_do = tile_q + TILE * DH;
+  attn_bf16 *tile_k = tile_do + TILE * DH;      // two stages
+  attn_bf16 *tile_v = tile_k + 2 * TILE * DH;   // two stages
+
+  // One tile of the list, or (no list: PMA) one (seed tile, head) summed over every example
+  // in example order, so the seeds' gradient needs no atomics and no second pass.
+  const int heads = r.d / DH;
+  int b_first, b_end, i0, h;
+  if (!tiles) {  // PMA
+    b_first = 0, b_end = (int)batch;
+    i0 = (int)(blockIdx.x / heads) * TILE, h = (int)(blockIdx.x % heads);
+  } else {
+    const int *tile = tiles + 3 * blockIdx.x;
+    b_first = tile[0], b_end = tile[0] + 1, i0 = tile[1], h = tile[2];
+  }
+  const int col0 = h * DH;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
+  float acc_dq[OUT_BLOCKS][4];
+#pragma unroll
+  for (int n = 0; n < OUT_BLOCKS; n++) acc_dq[n][0] = acc_dq[n][1] = acc_dq[n][2] = acc_dq[n][3] = 0.0f;
+  long long q_start = 0;
+  int q_len = 0;
+
+  for (int b = b_first; b < b_end; b++) {
+    const AttnExample e = attn_example(r, b);
+    q_start = e.q_start, q_len = e.q_len;
+    if (i0 >= e.q_len) continue;
+    const int nq = e.q_len - i0 < TILE ? e.q_len - i0 : TILE;
+    int jlo, jhi;
+    attn_key_range(r, i0, i0 + nq, e.kv_len, &jlo, &jhi);
+    const int nkv = (jhi - jlo + TILE - 1) / TILE;
+    if (nkv == 0) continue;  // no key: this example adds nothing
+
+    attn_load_tile<TILE, DH, THREADS>(tile_q, q, e.q_start, i0, e.q_len, r.d, col0);
+    attn_load_tile<TILE, DH, THREADS>(tile_do, dout, e.o_start, i0, e.q_len, r.d, col0);
+    attn_load_tile<TILE, DH, THREADS>(tile_k, k, e.kv_start, jlo, e.kv_len, r.d, col0);
+    attn_load_tile<TILE, DH, THREADS>(tile_v, v, e.kv_start, jlo, e.kv_len, r.d, col0);
+    attn_cp_async_commit();
+
+    float2 stat[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+    if (ACT == ATTN_ACT_SOFTMAX)
+      for (int half = 0; half < 2; half++)
+        if (row[half] < e.q_len)
+          stat[half] = *(const float2 *)(stats + ((e.o_start + row[half]) * heads + h) * 2);
+
+    for (int it = 0; it < nkv; it++) {
+      const int j0 = jlo + it * TILE;
+      if (it + 1 < nkv) {
+        const int stage = (it + 1) & 1;
+        attn_load_tile<TILE, DH, THREADS>(tile_k + stage * TILE * DH, k, e.kv_start, j0 + TILE,
+                                          e.kv_len, r.d, col0);
+        attn_load_tile<TILE, DH, THREADS>(tile_v + stage * TILE * DH, v, e.kv_start, j0 + TILE,
+                                          e.kv_len, r.d, col0);
+        attn_cp_async_commit();
+        attn_cp_async_wait<1>();
+      } else {
+        attn_cp_async_wait<0>();
+      }
+      __syncthreads();
+      const attn_bf16 *stage_k = tile_k + (it & 1) * TILE * DH;
+      const attn_bf16 *stage_v = tile_v + (it & 1) * TILE * DH;
+
+      float s[SCORE_BLOCKS][4], dp[SCORE_BLOCKS][4];
+#pragma unroll
+      for (int n = 0; n < SCORE_BLOCKS; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) s[n][c] = dp[n][c] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < KSTEPS; kk++) {
+        unsigned frag_q[4], frag_do[4];
+        attn_load_a<DH>(frag_q, tile_q, warp * 16, kk * 16);
+        attn_load_a<DH>(frag_do, tile_do, warp * 16, kk * 16);
+#pragma unroll
+        for (int n2 = 0; n2 < SCORE_BLOCKS / 2; n2++) {
+          unsigned frag[4];
+          attn_load_bt<DH>(frag, stage_k, n2 * 16, kk * 16);
+          attn_mma(s[2 * n2], frag_q, frag);
+          attn_mma(s[2 * n2 + 1], frag_q, frag + 2);
+          attn_load_bt<DH>(frag, stage_v, n2 * 16, kk * 16);
+          attn_mma(dp[2 * n2], frag_do, frag);
+          attn_mma(dp[2 * n2 + 1], frag_do, frag + 2);
+        }
+      }
+#pragma unroll
+      for (int n = 0; n < SCORE_BLOCKS; n++)
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+          const int i = row[c >> 1], j = j0 + n * 8 + 2 * t + (c & 1);
+          const bool valid = i < e.q_len && j < e.kv_len && attn_visible(r, i, j);
+          float p;
+          attn_grad_element<ACT>(r, s[n][c], dp[n][c], valid, stat[c >> 1], &p, &dp[n][c]);
+        }
+      // dQ += dS·K, reducing over the tile's keys.
+#pragma unroll
+      for (int kk = 0; kk < TILE / 16; kk++) {
+        unsigned frag_ds[4] = {attn_pack_bf16(dp[2 * kk][0], dp[2 * kk][1]),
+                               attn_pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
+                               attn_pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
+                               attn_pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+#pragma unroll
+        for (int n2 = 0; n2 < DH / 16; n2++) {
+          unsigned frag[4];
+          attn_load_b<DH>(frag, stage_k, kk * 16, n2 * 16);
+          attn_mma(acc_dq[2 * n2], frag_ds, frag);
+          attn_mma(acc_dq[2 * n2 + 1], frag_ds, frag + 2);
+        }
+      }
+      __syncthreads();
+    }
+  }
+
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    const int i = row[half];
+    if (i >= q_len) continue;
+#pragma unroll
+    for (int n = 0; n < OUT_BLOCKS; n++)
+      attn_store2(dq + (q_start + i) * r.d + col0 + 2 * t + n * 8, acc_dq[n][2 * half] * r.scale,
+                  acc_dq[n][2 * half + 1] * r.scale);
+  }
+}
+
+#endif

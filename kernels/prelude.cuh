@@ -1,0 +1,129 @@
+// prelude.cuh: the helpers every generated kernel may use. gemc pastes this file (embedded in
+// the binary) at the top of each generated source, so NVRTC needs no include path and no
+// standard header. The numerics follow runtime/numerics.c exactly: bf16/fp16 round to nearest
+// even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
+// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* , warp_sum, block_sum, e4m3_round
+
+typedef long long i64;
+typedef unsigned short bf16_t;  // the bits of a bf16
+typedef unsigned short fp16_t;  // the bits of an IEEE half
+
+enum { WARP_SIZE = 32, MX_BLOCK = 32 };
+
+// --- storage types ----------------------------------------------------------------------
+
+__device__ __forceinline__ float bf16_to_float(bf16_t h) {
+  return __int_as_float(((unsigned)h) << 16);
+}
+__device__ __forceinline__ bf16_t float_to_bf16(float x) {
+  unsigned short h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+__device__ __forceinline__ float fp16_to_float(fp16_t h) {
+  float x;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
+  return x;
+}
+__device__ __forceinline__ fp16_t float_to_fp16(float x) {
+  unsigned short h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  return h;
+}
+
+__device__ __forceinline__ float load_f32(const float *p, i64 i) { return p[i]; }
+__device__ __forceinline__ float load_bf16(const bf16_t *p, i64 i) { return bf16_to_float(p[i]); }
+__device__ __forceinline__ float load_fp16(const fp16_t *p, i64 i) { return fp16_to_float(p[i]); }
+__device__ __forceinline__ void store_f32(float *p, i64 i, float x) { p[i] = x; }
+__device__ __forceinline__ void store_bf16(bf16_t *p, i64 i, float x) { p[i] = float_to_bf16(x); }
+__device__ __forceinline__ void store_fp16(fp16_t *p, i64 i, float x) { p[i] = float_to_fp16(x); }
+
+// --- fp8 (E4M3) -------------------------------------------------------------------------
+
+// The nearest E4M3 value (ties to even), saturated to +-448; NaN stays NaN.
+__device__ __forceinline__ float e4m3_round(float x) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  unsigned halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
+  return fp16_to_float((fp16_t)(halves & 0xffffu));
+}
+
+// The E8M0 exponent of an mxfp8 block with max magnitude amax: floor(log2 amax) - 8, clamped
+// to [-127, 127]; 0 for a zero block.
+__device__ __forceinline__ int mx_block_exponent(float amax) {
+  if (!(amax > 0.0f)) return 0;
+  if (isinf(amax)) return 127;
+  int e = (int)((__float_as_uint(amax) >> 23) & 0xff) - 127;
+  if (e == -127) e = ilogbf(amax);  // subnormal amax
+  e -= 8;
+  return e < -127 ? -127 : (e > 127 ? 127 : e);
+}
+
+// --- activations (runtime/numerics.c: act_forward, act_grad) ------------------------------
+
+__device__ __forceinline__ double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ double act_silu(double x) { return x * act_sigmoid(x); }
+__device__ __forceinline__ double act_relu(double x) { return x > 0 ? x : 0.0; }
+__device__ __forceinline__ double act_gelu(double x) {
+  return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
+}
+__device__ __forceinline__ double act_gelu_taylor(double x) {
+  double x2 = x * x;
+  return 0.5 * x + 0.39894228040143267794 * x2 * (1.0 - x2 / 6.0 + x2 * x2 / 40.0);
+}
+__device__ __forceinline__ double act_none(double x) { return x; }
+
+__device__ __forceinline__ double act_sigmoid_grad(double x) {
+  double s = act_sigmoid(x);
+  return s * (1.0 - s);
+}
+__device__ __forceinline__ double act_silu_grad(double x) {
+  double s = act_sigmoid(x);
+  return s * (1.0 + x * (1.0 - s));
+}
+__device__ __forceinline__ double act_relu_grad(double x) { return x > 0 ? 1.0 : 0.0; }
+__device__ __forceinline__ double act_gelu_grad(double x) {
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) +
+         x * 0.39894228040143267794 * exp(-0.5 * x * x);
+}
+__device__ __forceinline__ double act_gelu_taylor_grad(double x) {
+  double x2 = x * x;
+  return 0.5 + 0.39894228040143267794 * x * (2.0 - 4.0 * x2 / 6.0 + 6.0 * x2 * x2 / 40.0);
+}
+__device__ __forceinline__ double act_none_grad(double x) { return 1.0; }
+
+// --- reductions -------------------------------------------------------------------------
+
+// Sums over the 32 lanes of a warp in a fixed butterfly order: the same bits every run.
+__device__ __forceinline__ double warp_sum(double x) {
+  for (int off = WARP_SIZE / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+  for (int off = WARP_SIZE / 2; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+
+// Sums one value per thread over the block (blockDim.x a multiple of 32, at most 1024);
+// every thread gets the total. `scratch` holds 32 doubles of shared memory.
+__device__ __forceinline__ double block_sum(double x, double *scratch) {
+  int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+  x = warp_sum(x);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  int nwarps = blockDim.x / WARP_SIZE;
+  x = lane < nwarps ? scratch[lane] : 0.0;
+  return warp_sum(x);
+}
+
+// The example a row of a jagged tensor belongs to: the b with offsets[b] <= row < offsets[b+1].
+__device__ __forceinline__ i64 example_of_row(const i64 *__restrict__ offsets, i64 batch, i64 row) {
+  i64 lo = 0, hi = batch;  // offsets[lo] <= row < offsets[hi]
+  while (hi - lo > 1) {
+    i64 mid = (lo + hi) / 2;
+    if (offsets[mid] <= row) lo = mid; else hi = mid;
+  }
+  return lo;
+}

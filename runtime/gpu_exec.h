@@ -1,0 +1,90 @@
+// gpu_exec.h: the GPU executor. It runs a codegen Plan (codegen/plan.h) on the device: it
+// allocates the plan's buffers, loads the compiled kernels, uploads parameters (copied from a
+// CpuExec's initialized parameters, so both backends start from the same bits), and per step
+// uploads the batch, evaluates every SymSize and grid for it, and launches the plan in order.
+//
+// Streams: a copy stream moves batches host -> device from double-buffered pinned memory into
+// two device staging slots, while the compute stream runs the previous step; the compute stream
+// waits on the copy's event, and the copy into a slot waits on the compute of the step that
+// last read it. Input tensors (ids, dense features, labels) and the jagged offsets are read by
+// the kernels straight from the staging slot of their batch, and so are the attention tile
+// lists (runtime/gpu_tiles.h builds them on the host per batch).
+//
+// CUDA graphs: the forward and backward launches of a step are captured into a graph keyed by
+// the batch's shape (B, every T_j, every tile count) and the staging slot; a step with a shape
+// seen before replays it. Jagged batches rarely repeat their totals, so graphs pay off for
+// fixed-length data and evaluation sets (the held-out batches repeat every evaluation); the
+// optimizer launches, which take the step number by value, always run outside the graph.
+// docs/gpu.md describes all of it.
+// defines: GpuExec, GpuExecOptions, gpu_exec_*
+#ifndef GEMC_GPU_EXEC_H
+#define GEMC_GPU_EXEC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "cpu_exec.h"
+#include "cuda_driver.h"
+#include "plan.h"
+
+typedef struct GpuExecOptions {
+  int64_t max_batch;       // the largest B a batch may have (buffers are sized for it)
+  bool graphs;             // capture forward+backward in CUDA graphs
+  int graph_cache;         // how many shapes' graphs to keep (default 8)
+  bool sync_each_launch;   // debugging: synchronize and check after every launch
+} GpuExecOptions;
+
+typedef struct GpuExec GpuExec;
+
+// Loads the module images (cubins; one or several, each holding some of the plan's kernels),
+// finds every kernel the plan launches, and allocates every buffer. Fails with a message
+// naming the missing kernel or the buffer that did not fit (its name and bytes).
+GpuExec *gpu_exec_new(const Plan *p, const CudaContext *ctx, const void *const *images,
+                      int nimages, const GpuExecOptions *o, char *why, size_t why_size);
+void gpu_exec_free(GpuExec *g);
+
+// Copies every parameter and table of `x` (already initialized) to the device, in its dtype,
+// and zeroes the optimizer state.
+bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *why, size_t why_size);
+// The reverse: parameters and tables back into x (checkpoints, tests).
+bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size);
+
+// Packs batch `b` into pinned memory and enqueues its upload on the copy stream. The batch can
+// be reused as soon as this returns.
+bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *why, size_t why_size);
+
+enum { GPU_FORWARD = 1, GPU_BACKWARD = 2, GPU_OPTIMIZER = 4, GPU_TRAIN = 7 };
+// Enqueues the launches of `phases` for the current batch (optimizer launches with step
+// `step`) on the compute stream. Returns at once; gpu_exec_finish waits.
+bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *why, size_t why_size);
+// Waits for the enqueued step and reads back the loss and each task's probabilities. A launch
+// failure or a fault names the kernel and its sizes.
+bool gpu_exec_finish(GpuExec *g, double *loss, char *why, size_t why_size);
+
+// Test hooks: enqueue launches [from, to) only, then wait.
+bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *why, size_t why_size);
+// Tensor t of the current batch as fp32 (converted from its dtype): *numel elements, written
+// to out (cap elements); for a ROWS tensor the values of its U rows, with the ids in *row_ids
+// (malloc'd) and U in *nrows. Returns false when t is not stored.
+bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *numel,
+                          int64_t *nrows, int64_t **row_ids, char *why, size_t why_size);
+// Writes tensor t from fp32 host data (tests feed a node its CPU inputs).
+bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *why,
+                           size_t why_size);
+
+int gpu_exec_ntasks(const GpuExec *g);
+const float *gpu_exec_task_probs(const GpuExec *g, int task);  // after gpu_exec_finish
+
+typedef struct GpuExecStats {
+  int64_t steps, graph_replays, graph_captures, launches;
+  double device_ms;          // compute-stream time of the last step (events)
+  size_t bytes_allocated;    // device memory of the plan's buffers, staging and workspace
+} GpuExecStats;
+void gpu_exec_stats(const GpuExec *g, GpuExecStats *out);
+
+// Bytes per element of a tensor stored as dtype t (fp8/mxfp8 are stored as bf16).
+int64_t gpu_dtype_bytes(DType t);
+
+#endif

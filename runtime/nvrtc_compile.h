@@ -1,0 +1,23 @@
+// nvrtc_compile.h: compiles CUDA C to PTX or a cubin with NVRTC, loaded lazily (dlopen) so that
+// gemc runs on machines without the CUDA toolkit until a compile is asked for.
+// defines: NvrtcOutput, nvrtc_available, nvrtc_version, nvrtc_compile
+#ifndef GEMC_NVRTC_COMPILE_H
+#define GEMC_NVRTC_COMPILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum NvrtcOutput { NVRTC_PTX, NVRTC_CUBIN } NvrtcOutput;
+
+// True when libnvrtc could be loaded; otherwise writes why to `why`.
+bool nvrtc_available(char *why, size_t why_size);
+// NVRTC's version as major * 1000 + minor * 10 (13.0 -> 13000), 0 when not loadable.
+int nvrtc_version(void);
+// Compiles `source` (named `name` in messages) for `arch` ("sm_90a", "sm_100a"). On success
+// *out (malloc'd, the caller frees) holds the PTX text (NUL-terminated) or the cubin, *size its
+// bytes. On failure returns false with the error and the start of NVRTC's log in `why`, and
+// the whole log in *log when log is not NULL (malloc'd).
+bool nvrtc_compile(const char *source, const char *name, const char *arch, NvrtcOutput kind,
+                   char **out, size_t *size, char **log, char *why, size_t why_size);
+
+#endif

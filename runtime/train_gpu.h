@@ -1,0 +1,53 @@
+// train_gpu.h: the `cuda` backend of `gemc train`. A GpuSession opens the GPU, lowers the
+// model to a plan for the GPU's arch, gets its kernels (NVRTC through the disk cache, or the
+// cubin of an AOT artifact), starts a GpuExec with the CPU executor's initialized parameters,
+// and runs training and evaluation steps. docs/gpu.md describes it.
+// defines: GpuSessionOptions, GpuSession, gpu_session_*
+#ifndef GEMC_TRAIN_GPU_H
+#define GEMC_TRAIN_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "batch.h"
+#include "cpu_exec.h"
+#include "ir.h"
+
+typedef struct GpuSessionOptions {
+  const char *artifact;   // a `gemc build` artifact; NULL: JIT with NVRTC
+  uint64_t model_key;     // train_model_key of the IR as loaded (artifact check)
+  int64_t max_batch;
+  bool graphs;            // CUDA graphs (default on; GEMC_CUDA_GRAPHS=0 turns them off)
+  FILE *log;              // start-up lines (compile times); NULL: quiet
+} GpuSessionOptions;
+
+typedef struct GpuSession GpuSession;
+
+// Opens the session for `ir` (with its backward graph), its parameters copied from `init`.
+// NULL with the reason when the GPU, the compiler or the artifact cannot be used.
+GpuSession *gpu_session_open(const Ir *ir, CpuExec *init, const GpuSessionOptions *o,
+                             char *err, size_t err_size);
+void gpu_session_close(GpuSession *s);
+
+// Uploads a batch (asynchronously; it may be reused on return).
+bool gpu_session_set_batch(GpuSession *s, const Batch *b, char *err, size_t err_size);
+// Enqueues a training step (forward, backward, optimizer with step number `step`) or, when
+// !train, a forward pass, on the last batch set.
+bool gpu_session_launch(GpuSession *s, bool train, int64_t step, char *err, size_t err_size);
+// Waits for it: the loss, and the task probabilities in gpu_session_probs.
+bool gpu_session_finish(GpuSession *s, double *loss, char *err, size_t err_size);
+const float *gpu_session_probs(const GpuSession *s, int task);
+// Parameters and tables back into the CPU executor.
+bool gpu_session_download(GpuSession *s, CpuExec *x, char *err, size_t err_size);
+
+// Facts for the banner and the summary.
+const char *gpu_session_device(const GpuSession *s);  // "NVIDIA H200 (sm_90a, 132 SMs)"
+const char *gpu_session_arch(const GpuSession *s);
+double gpu_session_compile_cold(const GpuSession *s); // seconds; NaN when it was a cache hit
+double gpu_session_compile_warm(const GpuSession *s); // seconds to load from the cache
+int gpu_session_kernels(const GpuSession *s);
+double gpu_session_device_ms(const GpuSession *s);    // device time of the last step
+
+#endif

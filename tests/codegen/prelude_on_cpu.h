@@ -1,0 +1,72 @@
+// prelude_on_cpu.h: kernels/prelude.cuh for the CPU (cuda_on_cpu.h): the same names, with the
+// PTX conversions replaced by the CPU executor's own rounding functions (runtime/numerics.c),
+// so an emulated kernel rounds exactly as the oracle does.
+// defines: i64, bf16_t, fp16_t, load_*/store_*, act_*, warp_sum, warp_max, block_sum, ...
+extern "C" {
+float round_bf16(float x);
+uint16_t bf16_encode(float x);
+float bf16_decode(uint16_t h);
+uint16_t fp16_encode(float x);
+float fp16_decode(uint16_t h);
+float e4m3_round(float x);
+int mxfp8_block_exponent(float amax);
+}
+typedef long long i64;
+typedef unsigned short bf16_t;
+typedef unsigned short fp16_t;
+enum { WARP_SIZE = 32, MX_BLOCK = 32 };
+inline float load_f32(const float *p, i64 i) { return p[i]; }
+inline float load_bf16(const bf16_t *p, i64 i) { return bf16_decode(p[i]); }
+inline float load_fp16(const fp16_t *p, i64 i) { return fp16_decode(p[i]); }
+inline void store_f32(float *p, i64 i, float x) { p[i] = x; }
+inline void store_bf16(bf16_t *p, i64 i, float x) { p[i] = bf16_encode(x); }
+inline void store_fp16(fp16_t *p, i64 i, float x) { p[i] = fp16_encode(x); }
+inline int mx_block_exponent(float amax) { return mxfp8_block_exponent(amax); }
+inline double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+inline double act_silu(double x) { return x * act_sigmoid(x); }
+inline double act_relu(double x) { return x > 0 ? x : 0.0; }
+inline double act_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+inline double act_gelu_taylor(double x) {
+  double x2 = x * x;
+  return 0.5 * x + 0.39894228040143267794 * x2 * (1.0 - x2 / 6.0 + x2 * x2 / 40.0);
+}
+inline double act_none(double x) { return x; }
+inline double act_sigmoid_grad(double x) { double s = act_sigmoid(x); return s * (1.0 - s); }
+inline double act_silu_grad(double x) { double s = act_sigmoid(x); return s * (1.0 + x * (1.0 - s)); }
+inline double act_relu_grad(double x) { return x > 0 ? 1.0 : 0.0; }
+inline double act_gelu_grad(double x) {
+  return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
+}
+inline double act_gelu_taylor_grad(double x) {
+  double x2 = x * x;
+  return 0.5 + 0.39894228040143267794 * x * (2.0 - 4.0 * x2 / 6.0 + 6.0 * x2 * x2 / 40.0);
+}
+inline double act_none_grad(double) { return 1.0; }
+inline double warp_sum(double x) {
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+inline float warp_max(float x) {
+  for (int off = 16; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
+  return x;
+}
+inline double block_sum(double x, double *scratch) {
+  int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+  x = warp_sum(x);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = x;
+  __syncthreads();
+  int nwarps = blockDim.x / WARP_SIZE;
+  x = lane < nwarps ? scratch[lane] : 0.0;
+  return warp_sum(x);
+}
+inline i64 example_of_row(const i64 *offsets, i64 batch, i64 row) {
+  i64 lo = 0, hi = batch;
+  while (hi - lo > 1) {
+    i64 mid = (lo + hi) / 2;
+    if (offsets[mid] <= row) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+using std::isfinite;
+using std::isinf;

@@ -1,0 +1,40 @@
+#!/bin/sh
+# run.sh BUILD: the GPU tests of `make test-gpu`, on a machine with a GPU. Runs the kernel
+# comparison and the end-to-end curves (test_gpu_kernels), then compute-sanitizer's memcheck on
+# a few training steps of a small model (skipped, with the reason, where the sanitizer cannot use the
+# device: gVisor machines refuse it). Exit status: the number of failed parts.
+build=${1:-build}
+failed=0
+export GEMC_CACHE_DIR=${GEMC_CACHE_DIR:-$build/gpu-cache}
+
+# Each in its own process: a kernel fault leaves the CUDA context unusable for the rest of it.
+echo "== gem_tiny end to end: 200 steps on the GPU and on the CPU"
+"$build/tests/gpu/test_gpu_kernels" --e2e models/gem_tiny.gem --steps 200 || failed=$((failed + 1))
+for m in models/gem_tiny.gem models/gem_small.gem; do
+  echo "== every kernel of $m against the CPU executor"
+  "$build/tests/gpu/test_gpu_kernels" "$m" || failed=$((failed + 1))
+done
+
+# gem_tiny, or the first small model codegen handles when it cannot do gem_tiny yet.
+model=models/gem_tiny.gem
+for m in models/gem_tiny.gem models/gem_small.gem models/hstu.gem; do
+  if "$build/gemc" emit "$m" --emit=plan >/dev/null 2>&1; then model=$m; break; fi
+done
+echo "== compute-sanitizer --tool memcheck on $model"
+if command -v compute-sanitizer >/dev/null 2>&1; then
+  log=$build/gpu-memcheck.log
+  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$build/gemc" train "$model" --backend cuda --steps 3 --batch 4 \
+    --eval-examples 4 -q >"$log" 2>&1
+  rc=$?
+  if grep -q "Device not supported\|not supported on this device" "$log"; then
+    echo "SKIP memcheck: the sanitizer cannot use this device"; tail -3 "$log"
+  elif [ $rc -eq 0 ] && grep -q "ERROR SUMMARY: 0 errors" "$log"; then
+    echo "PASS memcheck: 0 errors"
+  else
+    echo "FAIL memcheck (exit $rc)"; tail -30 "$log"; failed=$((failed + 1))
+  fi
+else
+  echo "SKIP memcheck: compute-sanitizer is not on the PATH"
+fi
+exit $failed
