@@ -31,6 +31,7 @@ static const char usage_line[] =
     "       gemc [options] train FILE [train options]   (gemc train --help)\n"
     "       gemc [options] data convert MODEL.gem IN.tsv -o OUT [--sep tab|comma]\n"
     "       gemc [options] emit FILE [--arch A] [--emit=cu|plan|ptx|cubin] [-o DIR]\n"
+    "       gemc [options] build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb\n"
     "       gemc help | --help | --version\n";
 
 const char *stage_name(Stage s) {
@@ -94,7 +95,7 @@ static bool is_arch(const char *name) {
 
 // Matches `--name=value` or `--name value` at argv[*i]. Returns 1 and sets *value when it
 // matches, 0 when argv[*i] is some other option, -1 when the value is missing.
-static int option_value(int argc, char **argv, int *i, const char *name, const char **value) {
+int cli_option_value(int argc, char **argv, int *i, const char *name, const char **value) {
   const char *arg = argv[*i];
   size_t len = strlen(name);
   if (strncmp(arg, name, len) != 0) return 0;
@@ -204,13 +205,13 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
       o->quiet = true;
     } else if (strcmp(arg, "-v") == 0 || strcmp(arg, "--verbose") == 0) {
       o->verbose = true;
-    } else if ((got = option_value(argc, argv, &i, "--arch", &value)) != 0) {
+    } else if ((got = cli_option_value(argc, argv, &i, "--arch", &value)) != 0) {
       if (got < 0) return usage_error(err, "--arch needs a value (sm_90a or sm_100a)");
       o->arch = value;
-    } else if ((got = option_value(argc, argv, &i, "--emit", &value)) != 0) {
+    } else if ((got = cli_option_value(argc, argv, &i, "--emit", &value)) != 0) {
       if (got < 0) return usage_error(err, "--emit needs a STAGE");
       emit = value;
-    } else if ((got = option_value(argc, argv, &i, "--dump-after", &value)) != 0) {
+    } else if ((got = cli_option_value(argc, argv, &i, "--dump-after", &value)) != 0) {
       if (got < 0) return usage_error(err, "--dump-after needs a PASS");
       o->dump_after = value;
     } else if (strcmp(arg, "--grad") == 0) {
@@ -248,10 +249,12 @@ void cli_print_help(FILE *out) {
           "commands:\n"
           "  check FILE...        parse, check and lower each file; print only diagnostics\n"
           "  ir FILE              print the final graph IR of FILE (or another stage)\n"
-          "  train FILE           train the model on the CPU (gemc train --help: its options)\n"
+          "  train FILE           train the model on the GPU or the CPU (gemc train --help)\n"
           "  data convert MODEL.gem IN.tsv -o OUT\n"
           "                       turn a TSV/CSV of records into a data file for MODEL\n"
           "  emit FILE            lower FILE to CUDA C and a launch plan (docs/codegen.md)\n"
+          "  build FILE           compile FILE ahead of time into a .gemb artifact: the plan,\n"
+          "                       the CUDA source and one cubin per arch (docs/gpu.md)\n"
           "  help                 print this text\n"
           "\n"
           "options for every command:\n"
@@ -285,4 +288,15 @@ void cli_print_help(FILE *out) {
           "\n"
           "The language: docs/language.md. The IR: docs/ir.md. This command: docs/cli.md.\n",
           pass_list(list, sizeof list));
+}
+
+bool cli_usage_error(FILE *err, const char *usage_text, const char *command, const char *fmt,
+                     ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("gemc: error: ", err);
+  vfprintf(err, fmt, ap);
+  va_end(ap);
+  fprintf(err, "\n%stry 'gemc %s --help' for more information\n", usage_text, command);
+  return false;
 }

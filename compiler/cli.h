@@ -54,6 +54,14 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err);
 void cli_free(CliOptions *o);
 
 void cli_print_help(FILE *out);
+
+// Matches `--name=value` or `--name value` at argv[*i]: 1 and *value when it matches, 0 when
+// argv[*i] is another option, -1 when the value is missing.
+int cli_option_value(int argc, char **argv, int *i, const char *name, const char **value);
+// Prints "gemc: error: MESSAGE", the command's usage text and a pointer to its --help, and
+// returns false (for the commands' own option parsers).
+bool cli_usage_error(FILE *err, const char *usage_text, const char *command, const char *fmt,
+                     ...) __attribute__((format(printf, 4, 5)));
 void cli_print_version(FILE *out);
 
 #endif

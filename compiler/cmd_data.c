@@ -15,16 +15,7 @@
 static const char data_usage[] =
     "usage: gemc data convert MODEL.gem IN.tsv -o OUT [--sep tab|comma]\n";
 
-static bool usage(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool usage(FILE *err, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("gemc: error: ", err);
-  vfprintf(err, fmt, ap);
-  va_end(ap);
-  fprintf(err, "\n%stry 'gemc data --help' for more information\n", data_usage);
-  return false;
-}
+#define usage(err, ...) cli_usage_error(err, data_usage, "data", __VA_ARGS__)
 
 static void print_data_help(FILE *out) {
   fprintf(out,

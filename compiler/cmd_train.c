@@ -77,34 +77,7 @@ static void print_train_help(FILE *out) {
           train_usage, DEFAULT_STEPS);
 }
 
-static bool usage(FILE *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static bool usage(FILE *err, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fputs("gemc: error: ", err);
-  vfprintf(err, fmt, ap);
-  va_end(ap);
-  fprintf(err, "\n%stry 'gemc train --help' for more information\n", train_usage);
-  return false;
-}
-
-// --- option values ----------------------------------------------------------------------
-
-// Matches `--name=value` or `--name value` at argv[*i]: 1 and *value when it matches, 0 when
-// argv[*i] is another option, -1 when the value is missing.
-static int option_value(int argc, char **argv, int *i, const char *name, const char **value) {
-  const char *arg = argv[*i];
-  size_t len = strlen(name);
-  if (strncmp(arg, name, len) != 0) return 0;
-  if (arg[len] == '=') {
-    *value = arg + len + 1;
-    return 1;
-  }
-  if (arg[len] != '\0') return 0;
-  if (*i + 1 >= argc) return -1;
-  *value = argv[++*i];
-  return 1;
-}
+#define usage(err, ...) cli_usage_error(err, train_usage, "train", __VA_ARGS__)
 
 static bool parse_count(const char *s, int64_t min, int64_t max, int64_t *out) {
   if (!*s || *s == '-' || *s == '+') return false;
@@ -187,7 +160,7 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
       {"--id-vocab", &c->opt.id_vocab, 1, "a whole number >= 1"},
   };
   for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
-    if ((got = option_value(argc, argv, i, counts[k].name, &v)) == 0) continue;
+    if ((got = cli_option_value(argc, argv, i, counts[k].name, &v)) == 0) continue;
     if (got < 0) return (usage(err, "%s needs a value: %s", counts[k].name, counts[k].what), -1);
     int64_t max = strcmp(counts[k].name, "--batch") == 0 ? (int64_t)1 << 24 : INT64_MAX / 4;
     if (!parse_count(v, counts[k].min, max, counts[k].field))
@@ -196,7 +169,7 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
   }
   for (size_t k = 0; k < sizeof real_options / sizeof real_options[0]; k++) {
     const RealOption *r = &real_options[k];
-    if ((got = option_value(argc, argv, i, r->name, &v)) == 0) continue;
+    if ((got = cli_option_value(argc, argv, i, r->name, &v)) == 0) continue;
     double x;
     if (got < 0) return (usage(err, "%s needs a value: %s", r->name, r->range), -1);
     if (!parse_real(v, &x) || x < r->min || (r->min_open && x <= r->min) || x > r->max)
@@ -204,24 +177,24 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
     *(double *)(void *)((char *)&c->opt.optim + r->offset) = x;
     return 1;
   }
-  if ((got = option_value(argc, argv, i, "--backend", &v)) != 0) {
+  if ((got = cli_option_value(argc, argv, i, "--backend", &v)) != 0) {
     if (got < 0 || !parse_backend(v, &c->backend))
       return (usage(err, "--backend needs cpu, cuda or auto, got '%s'", got < 0 ? "" : v), -1);
     return 1;
   }
-  if ((got = option_value(argc, argv, i, "--seed", &v)) != 0) {
+  if ((got = cli_option_value(argc, argv, i, "--seed", &v)) != 0) {
     if (got < 0 || !parse_seed(v, &c->opt.seed))
       return (usage(err, "--seed needs a whole number >= 0, got '%s'", got < 0 ? "" : v), -1);
     c->seed_given = true;
     return 1;
   }
-  if ((got = option_value(argc, argv, i, "--lengths", &v)) != 0) {
+  if ((got = cli_option_value(argc, argv, i, "--lengths", &v)) != 0) {
     if (got < 0 || !synth_length_dist_from_name(v, &c->opt.lengths))
       return (usage(err, "--lengths needs uniform, lognormal or heavy, got '%s'",
                    got < 0 ? "" : v), -1);
     return 1;
   }
-  if ((got = option_value(argc, argv, i, "--progress", &v)) != 0) {
+  if ((got = cli_option_value(argc, argv, i, "--progress", &v)) != 0) {
     if (got < 0) v = "";
     if (strcmp(v, "auto") == 0) c->live = -1;
     else if (strcmp(v, "live") == 0) c->live = 1;
@@ -238,7 +211,7 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
       {"--artifact", &c->opt.artifact, "an artifact file (gemc build)"},
   };
   for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
-    if ((got = option_value(argc, argv, i, paths[k].name, &v)) == 0) continue;
+    if ((got = cli_option_value(argc, argv, i, paths[k].name, &v)) == 0) continue;
     if (got < 0 || !*v) return (usage(err, "%s needs %s", paths[k].name, paths[k].what), -1);
     *paths[k].field = v;
     return 1;
