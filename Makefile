@@ -147,7 +147,13 @@ $(GPU_TEST): tests/gpu/test_gpu_kernels.c $(BUILD)/libgemc.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_GEMC) -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
 
-test-gpu: $(BUILD)/gemc $(GPU_TEST)
+GDPA_TEST := $(BUILD)/gpu/test_gdpa
+
+$(GDPA_TEST): tests/gpu/test_gdpa.c tests/gpu/gdpa_cases.h $(BUILD)/libgemc.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+
+test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST)
 	@tests/gpu/run.sh $(BUILD)
 
 # Generated kernels of tests/golden/codegen_small.gem (fused add + rmsnorm, pooled mean

@@ -16,6 +16,7 @@ typedef enum Command {
   CMD_DATA,     // gemc data convert ... (cmd_data.c parses the rest)
   CMD_EMIT,     // gemc emit FILE [emit options] (cmd_emit.c parses the rest)
   CMD_BUILD,    // gemc build FILE --arch A,B -o OUT.gemb (cmd_build.c parses the rest)
+  CMD_BENCH,    // gemc bench gdpa [options] (cmd_bench.c parses the rest)
   CMD_HELP,     // gemc help, gemc --help
   CMD_VERSION,  // gemc --version
 } Command;

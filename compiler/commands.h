@@ -1,7 +1,7 @@
 // commands.h: the gemc commands that run a model. Each parses the words after its name
 // (CliOptions.rest) itself, since its options are its own; global options given before the
 // command (--arch, -q, --Werror) apply as well. docs/cli.md and docs/train.md document them.
-// defines: cmd_train, cmd_data
+// defines: cmd_train, cmd_data, cmd_emit, cmd_build, cmd_bench
 #ifndef GEMC_COMMANDS_H
 #define GEMC_COMMANDS_H
 
@@ -15,5 +15,7 @@ int cmd_data(const CliOptions *o);
 int cmd_emit(const CliOptions *o);
 // gemc build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb
 int cmd_build(const CliOptions *o);
+// gemc bench gdpa [--act ACT] [--reps N] [--quick]: exits 1 with "no GPU: ..." without a GPU
+int cmd_bench(const CliOptions *o);
 
 #endif

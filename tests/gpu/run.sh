@@ -7,6 +7,9 @@ build=${1:-build}
 failed=0
 export GEMC_CACHE_DIR=${GEMC_CACHE_DIR:-$build/gpu-cache}
 
+echo "== the GDPA kernels, every shape, activation and mask, forward and backward"
+"$build/gpu/test_gdpa" || failed=$((failed + 1))
+
 # Each in its own process: a kernel fault leaves the CUDA context unusable for the rest of it.
 echo "== gem_tiny end to end: 200 steps on the GPU and on the CPU"
 "$build/tests/gpu/test_gpu_kernels" --e2e models/gem_tiny.gem --steps 200 || failed=$((failed + 1))

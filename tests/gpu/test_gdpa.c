@@ -74,14 +74,14 @@ static HostTensor host_random(GdpaBatch *bt, int t, double amp) {
   h.v = malloc((n ? n : 1) * sizeof(float));
   for (size_t i = 0; i < n; i++) h.v[i] = round_bf16((float)((2 * uniform() - 1) * amp));
   if (x->dtype == DT_F32) {
-    gpu_upload(bt->tensor[t], h.v, n * 4);
+    gdpa_gpu_upload(bt->tensor[t], h.v, n * 4);
   } else {
     uint16_t *b = malloc((n ? n : 1) * 2);
     for (size_t i = 0; i < n; i++) {
       b[i] = x->dtype == DT_FP16 ? to_half(h.v[i]) : to_bf16(h.v[i]);
       h.v[i] = x->dtype == DT_FP16 ? from_half(b[i]) : h.v[i];
     }
-    gpu_upload(bt->tensor[t], b, n * 2);
+    gdpa_gpu_upload(bt->tensor[t], b, n * 2);
     free(b);
   }
   return h;
@@ -92,10 +92,10 @@ static float *download(GdpaBatch *bt, int t, size_t *n) {
   *n = bt->tensor_bytes[t] / (x->dtype == DT_F32 ? 4 : 2);
   float *out = malloc((*n ? *n : 1) * sizeof(float));
   if (x->dtype == DT_F32) {
-    gpu_download(out, bt->tensor[t], *n * 4);
+    gdpa_gpu_download(out, bt->tensor[t], *n * 4);
   } else {
     uint16_t *b = malloc((*n ? *n : 1) * 2);
-    gpu_download(b, bt->tensor[t], *n * 2);
+    gdpa_gpu_download(b, bt->tensor[t], *n * 2);
     for (size_t i = 0; i < *n; i++) out[i] = x->dtype == DT_FP16 ? from_half(b[i]) : from_bf16(b[i]);
     free(b);
   }
@@ -241,12 +241,12 @@ static bool run_case(int ci, const char *cache) {
     return false;
   }
   size_t size;
-  void *cubin = gpu_compile(src.data, gpu_arch(), cache, &size);
+  void *cubin = gdpa_gpu_compile(src.data, gdpa_gpu_arch(), cache, &size);
   if (!cubin) {
     printf("FAIL %-40s NVRTC\n", name);
     return false;
   }
-  void *module = gpu_load_module(cubin);
+  void *module = gdpa_gpu_load_module(cubin);
   int64_t *lengths[4] = {NULL};
   for (int j = 0; j < e->ir.njagged; j++) {
     lengths[j] = malloc(BATCH * sizeof(int64_t));
@@ -257,10 +257,10 @@ static bool run_case(int ci, const char *cache) {
   gdpa_batch_init(&bt, e, module, BATCH, lengths);
   HostTensor q = host_random(&bt, e->q, 1.5), k = host_random(&bt, e->k, 1.5);
   HostTensor v = host_random(&bt, e->v, 1.0), dout = host_random(&bt, e->dout, 1.0);
-  gpu_memset0(bt.tensor[e->out], bt.tensor_bytes[e->out]);
+  gdpa_gpu_memset0(bt.tensor[e->out], bt.tensor_bytes[e->out]);
   gdpa_launch_range(&bt, 0, e->nforward);
   gdpa_launch_range(&bt, e->nforward, e->nlaunches);
-  gpu_sync();
+  gdpa_gpu_sync();
   Ref ref;
   reference(c, &bt, &q, &k, &v, &dout, &ref);
   const int outs[4] = {e->out, e->dq, e->dk, e->dv};
@@ -283,7 +283,7 @@ static bool run_case(int ci, const char *cache) {
   }
   // Determinism: the backward again, bit for bit.
   gdpa_launch_range(&bt, e->nforward, e->nlaunches);
-  gpu_sync();
+  gdpa_gpu_sync();
   bool same = true;
   for (int i = 1; i < 4; i++) {
     size_t count;
@@ -323,16 +323,20 @@ int main(int argc, char **argv) {
       GdpaEmitted *e = calloc(1, sizeof *e);
       size_t size;
       void *cubin = gdpa_case_emit(&gdpa_test_cases[ci], "t.", &arena, &src, e)
-                        ? gpu_compile(src.data, compile_only, cache, &size)
+                        ? gdpa_gpu_compile(src.data, compile_only, cache, &size)
                         : NULL;
       if (!cubin) failed++, fprintf(stderr, "case %d failed\n", ci);
       free(cubin), sb_free(&src), arena_free(&arena), free(e);
     }
     return failed != 0;
   }
-  if (!gpu_open()) return 2;
-  printf("gdpa kernels vs the double reference on %s, %d SMs (relative L2 errors)\n", gpu_arch(),
-         gpu_num_sms());
+  char why[512];
+  if (!gdpa_gpu_open(why, sizeof why)) {
+    fprintf(stderr, "test_gdpa: no GPU: %s\n", why);
+    return 2;
+  }
+  printf("gdpa kernels vs the double reference on %s, %d SMs (relative L2 errors)\n", gdpa_gpu_arch(),
+         gdpa_gpu_num_sms());
   int failed = 0, ran = 0;
   for (int ci = 0; ci < GDPA_NUM_TEST_CASES; ci++)
     if (!some || only[ci]) failed += !run_case(ci, cache), ran++;

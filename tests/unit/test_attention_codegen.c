@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "../gpu/gdpa_case.c"
+#include "gdpa_case.h"
 #include "../gpu/gdpa_cases.h"
 #include "attention.h"
 #include "gpu_tiles.h"

@@ -1,7 +1,7 @@
-// gdpa_case.h: one attention test or benchmark case as a tiny IR (q, k, v, dO inputs, the
-// attention node, its three backward ops), emitted through emit_attention. Shared by the
-// GPU test, the GPU benchmark and the CPU-only codegen unit test.
-// defines: GdpaCase, GdpaEmitted, gdpa_case_build, gdpa_case_emit, gdpa_case_name
+// gdpa_case.h: one attention case as a tiny IR (q, k, v, dO inputs, the attention node, its
+// three backward ops), emitted through emit_attention. Shared by `gemc bench gdpa`
+// (gdpa_bench.h), the GPU test tests/gpu/test_gdpa.c and the CPU-only codegen unit test.
+// defines: GdpaCase, GdpaEmitted, gdpa_case_emit, gdpa_case_name
 #ifndef GEMC_GDPA_CASE_H
 #define GEMC_GDPA_CASE_H
 

@@ -1,0 +1,67 @@
+// gdpa_gpu.h: a minimal GPU harness for the attention kernels of one GdpaCase, used by
+// `gemc bench gdpa` (gdpa_bench.h) and the standalone GPU test tests/gpu/test_gdpa.c. The
+// driver comes from cuda_driver.h (loaded lazily), NVRTC from nvrtc_compile.h with cubins
+// cached by jit_cache.h, and a runner executes a GdpaEmitted's launches the way the runtime's
+// plan executor does (tile lists built per batch, workspaces by (tensor, slot)). A failing
+// CUDA call after gdpa_gpu_open prints the driver's message and exits with status 2.
+// defines: GpuPtr, gdpa_gpu_open, gdpa_gpu_compile, GdpaBatch, gdpa_batch_*, gdpa_launch_range
+#ifndef GEMC_GDPA_GPU_H
+#define GEMC_GDPA_GPU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gdpa_case.h"
+
+typedef unsigned long long GpuPtr;
+
+// Loads the driver and makes device 0's primary context current. False with the reason in
+// `why` when there is no usable GPU.
+bool gdpa_gpu_open(char *why, size_t why_size);
+int gdpa_gpu_num_sms(void);
+const char *gdpa_gpu_arch(void);  // "sm_90a" for compute capability 9.0, else "sm_XY"
+
+// Compiles `src` for `arch` with NVRTC, or reads the cubin cached in `cache_dir` (NULL: no
+// cache) under a key of the source, arch and NVRTC version. Returns a malloc'd cubin, or NULL
+// with the reason on stderr.
+void *gdpa_gpu_compile(const char *src, const char *arch, const char *cache_dir, size_t *size);
+
+void *gdpa_gpu_load_module(const void *cubin);  // a CUmodule
+void *gdpa_gpu_function(void *module, const char *name);
+GpuPtr gdpa_gpu_alloc(size_t bytes);
+void gdpa_gpu_free(GpuPtr p);
+void gdpa_gpu_upload(GpuPtr dst, const void *src, size_t bytes);
+void gdpa_gpu_download(void *dst, GpuPtr src, size_t bytes);
+void gdpa_gpu_memset0(GpuPtr dst, size_t bytes);
+void gdpa_gpu_sync(void);
+void gdpa_gpu_launch(void *fn, unsigned grid, unsigned threads, unsigned smem, void **args);
+// Mean milliseconds of body(ctx) over reps calls, timed with events.
+double gdpa_gpu_time_ms(void (*body)(void *), void *ctx, int reps);
+
+// One batch bound to one case: host offsets, device tensors, tile lists, workspaces.
+enum { GDPA_MAX_WORKSPACES = 8 };
+typedef struct GdpaBatch {
+  const GdpaEmitted *e;
+  void *module;
+  int64_t B;
+  int64_t *offsets[4];       // per jagged dim, host [B+1]
+  GpuPtr d_offsets[4];
+  int64_t totals[4];
+  GpuPtr *tensor;            // [ir.ntensors], 0 when not allocated
+  size_t *tensor_bytes;
+  GpuPtr d_tiles[8];
+  int64_t ntiles[8];
+  int ws_tensor[GDPA_MAX_WORKSPACES], ws_slot[GDPA_MAX_WORKSPACES], nws;
+  GpuPtr ws[GDPA_MAX_WORKSPACES];
+} GdpaBatch;
+
+// lengths[j][b] for each jagged dim of e->ir. Allocates every tensor (not initialized).
+void gdpa_batch_init(GdpaBatch *bt, const GdpaEmitted *e, void *module, int64_t B,
+                     int64_t *const *lengths);
+void gdpa_batch_free(GdpaBatch *bt);
+int64_t gdpa_tensor_rows(const GdpaBatch *bt, int t);
+// Runs launches [from, to) of e.
+void gdpa_launch_range(GdpaBatch *bt, int from, int to);
+
+#endif
