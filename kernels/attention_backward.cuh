@@ -29,8 +29,8 @@ __device__ __forceinline__ void attn_grad_element(const AttnRows &r, float s, fl
     *ds = pr * (dp - stat.y);
   } else {
     float x = s * r.scale;
-    *p = attn_act<ACT>(x) * r.inv_norm;
-    *ds = dp * attn_act_grad<ACT>(x) * r.inv_norm;
+    *p = attn_act_tc<ACT>(x) * r.inv_norm;
+    *ds = dp * attn_act_grad_tc<ACT>(x) * r.inv_norm;
   }
 }
 
