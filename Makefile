@@ -153,7 +153,15 @@ $(GDPA_TEST): tests/gpu/test_gdpa.c tests/gpu/gdpa_cases.h $(BUILD)/libgemc.a $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
 
-test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST)
+# Every other tests/gpu/test_*.c is one more GPU test program (tests/gpu/run.sh runs each).
+GPU_EXTRA_SRCS := $(filter-out tests/gpu/test_gpu_kernels.c tests/gpu/test_gdpa.c,$(wildcard tests/gpu/test_*.c))
+GPU_EXTRA_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_EXTRA_SRCS))
+
+$(GPU_EXTRA_TESTS): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libgemc.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+
+test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST) $(GPU_EXTRA_TESTS)
 	@tests/gpu/run.sh $(BUILD)
 
 # Generated kernels of tests/golden/codegen_small.gem (fused add + rmsnorm, pooled mean

@@ -18,6 +18,19 @@ for m in models/gem_tiny.gem models/gem_small.gem; do
   "$build/tests/gpu/test_gpu_kernels" "$m" || failed=$((failed + 1))
 done
 
+# The other GPU test programs (tests/gpu/test_*.c beyond the two above), and the shell checks.
+for t in "$build"/tests/gpu/test_*; do
+  case "$t" in */test_gpu_kernels) continue ;; esac
+  [ -x "$t" ] || continue
+  echo "== $(basename "$t")"
+  "$t" || failed=$((failed + 1))
+done
+for s in tests/gpu/check_*.sh; do
+  [ -f "$s" ] || continue
+  echo "== $s"
+  sh "$s" "$build" || failed=$((failed + 1))
+done
+
 # gem_tiny, or the first small model codegen handles when it cannot do gem_tiny yet.
 model=models/gem_tiny.gem
 for m in models/gem_tiny.gem models/gem_small.gem models/hstu.gem; do
