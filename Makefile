@@ -132,6 +132,8 @@ test-codegen: $(BUILD)/gemc
 	@tests/codegen/table_grad_emu.sh $(BUILD)/gemc
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_small.gem 2e-2
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_variants.gem 2e-3
+	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_attention_fp8.gem 1e-3
+	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/gpu/models/interact_fp8.gem 1e-5
 
 test: deps
 	@$(MAKE) --no-print-directory all

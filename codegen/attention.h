@@ -14,7 +14,7 @@
 
 // out[] must hold this many launches.
 #ifndef PLAN_MAX_ATTENTION_LAUNCHES
-#define PLAN_MAX_ATTENTION_LAUNCHES 4
+#define PLAN_MAX_ATTENTION_LAUNCHES 24
 #endif
 
 // Emits node `node` of `ir`: an ATTENTION node (its forward kernel) or one of its backward

@@ -1,6 +1,6 @@
 // kernels_embedded.h: the hand-written CUDA of kernels/*.cuh, embedded in the binary as C
 // strings by the Makefile (build/.../kernels_embedded.c), so gemc needs no files at run time.
-// defines: kernel_prelude_cuh, kernel_table_grad_cuh, kernel_attention*_cuh
+// defines: kernel_prelude_cuh, kernel_table_grad_cuh, kernel_attention*_cuh, kernel_gemm_cuh
 #ifndef GEMC_KERNELS_EMBEDDED_H
 #define GEMC_KERNELS_EMBEDDED_H
 
@@ -10,5 +10,7 @@ extern const char kernel_attention_cuh[];
 extern const char kernel_attention_forward_cuh[];
 extern const char kernel_attention_backward_cuh[];
 extern const char kernel_attention_simt_cuh[];
+extern const char kernel_gemm_cuh[];
+extern const char kernel_attention_quantized_cuh[];
 
 #endif

@@ -363,6 +363,26 @@ void lower_column_sum(Lower *L, int node, const char *name, int out, SymSize row
 
 #ifdef GEMC_HAVE_EMIT_ATTENTION
 #include "attention.h"
+
+// An attention launch's ARG_WORKSPACE, named by (tensor, slot, owner = arg.i), becomes the plan
+// scratch of that name (made on first use), so that every launch naming it, in this call or a
+// sibling's, gets the same memory, alive from its first launch to its last (memplan.c).
+static void workspace_to_scratch(Lower *L, LaunchArg *a) {
+  if (a->kind != ARG_WORKSPACE) return;
+  const Ir *ir = L->ir;
+  char name[600];
+  if (a->slot == 0)
+    snprintf(name, sizeof name, "%s.softmax_stats", ir->tensors[a->tensor].name);
+  else
+    snprintf(name, sizeof name, "%s.%s.ws%d", ir->tensors[(int)a->i].name,
+             ir->tensors[a->tensor].name, a->slot);
+  int s = -1;
+  for (int i = 0; i < L->nscratch && s < 0; i++)
+    if (strcmp(L->scratch[i].name, name) == 0) s = i;
+  if (s < 0) s = lower_new_scratch(L, name, a->size);
+  LaunchArg b = {.kind = ARG_SCRATCH, .tensor = -1, .slot = s, .jag = -1, .tiles = -1};
+  *a = b;
+}
 bool lower_attention(Lower *L, int node) {
   Launch out[PLAN_MAX_ATTENTION_LAUNCHES];
   int nout = 0;
@@ -381,7 +401,12 @@ bool lower_attention(Lower *L, int node) {
     }
     L->tiles[L->ntiles++] = tile;
   }
-  for (int i = 0; i < nout; i++) *lower_new_launch(L, out[i].kind, node) = out[i];
+  for (int i = 0; i < nout; i++) {
+    Launch *l = lower_new_launch(L, out[i].kind, node);
+    *l = out[i];
+    for (int a = 0; a < l->nargs; a++) workspace_to_scratch(L, &l->args[a]);
+    if (l->kind == LAUNCH_ZERO) workspace_to_scratch(L, &l->zero_arg);
+  }
   return true;
 }
 #else

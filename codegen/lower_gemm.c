@@ -10,7 +10,8 @@
 // GEMM dequantized, because amax/448 · e4m3 is not a bf16 in general. Operands stored in
 // another dtype than the GEMM's get a cast kernel. The bias and relu epilogues are cuBLASLt's;
 // other activations (cuBLASLt's GELU is the tanh form, not erf) and outputs in a dtype the
-// GEMM cannot write go through an fp32 scratch and one pointwise kernel.
+// GEMM cannot write go through an fp32 scratch and one pointwise kernel. The quantization
+// (lower_quantize_operand) is shared with dot_interact (lower_interact.c).
 #include <stdio.h>
 #include <string.h>
 
@@ -41,40 +42,23 @@ static LaunchArg scratch_arg(int s) {
   return a;
 }
 
-// Prepares operand t (rows x cols, reduction along cols when k_contiguous) for a GEMM of
-// type `type` at precision `prec`: returns the argument the GEMM reads.
-static LaunchArg prepare_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
-                                 const char *role) {
+// Quantizes operand t (rows x cols; the reduction runs along cols when k_contiguous, else down
+// the rows) at prec fp8 or mxfp8 exactly as the CPU executor does (runtime/numerics.c), into a
+// new scratch holding the dequantized values in `type`; returns the scratch slot. mxfp8: one
+// thread per block of 32 along the reduction. fp8: an amax kernel (integer atomicMax on the
+// bits of |x|, so the order of the threads does not matter), then the quantize kernel.
+int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
+                           const char *role) {
   const Ir *ir = L->ir;
-  DType have = ir->tensors[t].dtype;
-  bool quantize = prec == DT_FP8 || prec == DT_MXFP8;
-  if (!quantize && (have == type || (type == DT_BF16 && (have == DT_FP8 || have == DT_MXFP8))))
-    return tensor_arg(t);
   SymSize rows = tensor_rows(ir, t);
   int64_t cols = tensor_width(ir, t);
   SymSize elems = sym_scale(rows, cols);
   char sname[300], name[300], id[256], what[128];
-  snprintf(sname, sizeof sname, "%s.%s.%s", ir->tensors[ir->nodes[node].out].name, role,
-           quantize ? dtype_name(prec) : dtype_name(type));
+  snprintf(sname, sizeof sname, "%s.%s.%s", ir->tensors[ir->nodes[node].out].name, role, dtype_name(prec));
   int s = lower_new_scratch(L, sname, sym_scale(elems, dtype_size(type)));
   ident(id, sizeof id, sname);
-  const char *lt = dtype_load(have), *st = dtype_store(type);
+  const char *lt = dtype_load(ir->tensors[t].dtype), *st = dtype_store(type);
   KernelBuilder kb;
-  if (!quantize) {
-    snprintf(name, sizeof name, "cast_%s", id);
-    snprintf(what, sizeof what, "%s operand %s to %s", role, dtype_name(have), dtype_name(type));
-    lower_comment(L, node, what);
-    kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
-    kb_scratch(&kb, dtype_ctype(type), "out", s, true);
-    kb_tensor_in(&kb, "x", t);
-    kb_size(&kb, "n", elems);
-    char body[512];
-    snprintf(body, sizeof body,
-             "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-             "  if (i < n) %s(out, i, %s(x, i));\n", st, lt);
-    kb_end(&kb, body);
-    return scratch_arg(s);
-  }
   if (prec == DT_MXFP8) {
     // One thread per block of 32 along the reduction dim.
     snprintf(name, sizeof name, "quantize_mxfp8_%s", id);
@@ -114,7 +98,7 @@ static LaunchArg prepare_operand(Lower *L, int node, int t, DType prec, DType ty
               lt, st, lt);
     kb_end(&kb, b.data);
     sb_free(&b);
-    return scratch_arg(s);
+    return s;
   }
   // fp8: amax over the whole tensor, then quantize with scale = amax / 448.
   char aname[320];
@@ -155,6 +139,35 @@ static LaunchArg prepare_operand(Lower *L, int node, int t, DType prec, DType ty
            "  %s(out, i, e4m3_round(%s(x, i) / scale) * scale);\n",
            st, lt);
   kb_end(&kb, body);
+  return s;
+}
+
+// Prepares operand t (rows x cols, reduction along cols when k_contiguous) for a GEMM of
+// type `type` at precision `prec`: returns the argument the GEMM reads.
+static LaunchArg prepare_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
+                                 const char *role) {
+  const Ir *ir = L->ir;
+  DType have = ir->tensors[t].dtype;
+  if (prec == DT_FP8 || prec == DT_MXFP8)
+    return scratch_arg(lower_quantize_operand(L, node, t, prec, type, k_contiguous, role));
+  if (have == type || (type == DT_BF16 && (have == DT_FP8 || have == DT_MXFP8))) return tensor_arg(t);
+  SymSize elems = tensor_elems(ir, t);
+  char sname[300], name[300], id[256], what[128], body[512];
+  snprintf(sname, sizeof sname, "%s.%s.%s", ir->tensors[ir->nodes[node].out].name, role, dtype_name(type));
+  int s = lower_new_scratch(L, sname, sym_scale(elems, dtype_size(type)));
+  ident(id, sizeof id, sname);
+  snprintf(name, sizeof name, "cast_%s", id);
+  snprintf(what, sizeof what, "%s operand %s to %s", role, dtype_name(have), dtype_name(type));
+  lower_comment(L, node, what);
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_scratch(&kb, dtype_ctype(type), "out", s, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_size(&kb, "n", elems);
+  snprintf(body, sizeof body,
+           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < n) %s(out, i, %s(x, i));\n", dtype_store(type), dtype_load(have));
+  kb_end(&kb, body);
   return scratch_arg(s);
 }
 
@@ -183,7 +196,7 @@ static void epilogue_kernel(Lower *L, int node, int scratch, bool bwd) {
   const Node *n = &ir->nodes[node];
   char name[300], id[256], body[1024];
   ident(id, sizeof id, ir->tensors[n->out].name);
-  snprintf(name, sizeof name, "%s_%s_%s", bwd ? "act_grad" : "act", act_name(n->act), id);
+  snprintf(name, sizeof name, "%s_%s_%s", bwd ? "act_grad" : "act", act_name(node_act(n)), id);
   lower_comment(L, node, bwd ? "dy times act' of the recomputed pre-activation" : "activation epilogue");
   SymSize elems = tensor_elems(ir, n->out);
   KernelBuilder kb;
@@ -196,12 +209,12 @@ static void epilogue_kernel(Lower *L, int node, int scratch, bool bwd) {
     snprintf(body, sizeof body,
              "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
              "  if (i < n) %s(out, i, (float)((double)%s(dy, i) * %s_grad((double)pre[i])));\n",
-             dtype_store(ir->tensors[n->out].dtype), dtype_load(ir->tensors[n->ins[0]].dtype), act_fn(n->act));
+             dtype_store(ir->tensors[n->out].dtype), dtype_load(ir->tensors[n->ins[0]].dtype), act_fn(node_act(n)));
   else
     snprintf(body, sizeof body,
              "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
              "  if (i < n) %s(out, i, (float)%s((double)pre[i]));\n",
-             dtype_store(ir->tensors[n->out].dtype), act_fn(n->act));
+             dtype_store(ir->tensors[n->out].dtype), act_fn(node_act(n)));
   kb_end(&kb, body);
 }
 
@@ -219,7 +232,7 @@ bool lower_gemm(Lower *L, int node) {
       LaunchArg b = prepare_operand(L, node, w, n->prec, type, false, "w");
       DType out = ir->tensors[n->out].dtype;
       bool direct = !bwd && (out == type || out == DT_F32) &&
-                    (n->act == ACT_NONE || n->act == ACT_RELU);
+                    (node_act(n) == ACT_NONE || node_act(n) == ACT_RELU);
       SymSize m = tensor_rows(ir, x);
       int64_t cols = tensor_width(ir, w);
       LaunchArg c;
@@ -237,7 +250,7 @@ bool lower_gemm(Lower *L, int node) {
         g->gemm_bias = tensor_arg(bias);
         g->gemm_has_bias = true;
       }
-      if (direct) g->gemm_act = n->act;
+      if (direct) g->gemm_act = node_act(n);
       if (!direct) epilogue_kernel(L, node, pre, bwd);
       return true;
     }

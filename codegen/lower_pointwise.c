@@ -1,7 +1,8 @@
 // lower_pointwise.c: ops that touch each element (or each row) once: activations and their
 // backward, add/sub/mul/scale (fused with a following act, or with a following rmsnorm),
-// concat/slice/stack/unstack/flatten/unflatten, dot_interact and its backward, reduce_rows,
-// and the loss ops bce, bce_bwd and loss_sum. One thread per output element unless noted.
+// concat/slice/stack/unstack/flatten/unflatten, reduce_rows, and the loss ops bce, bce_bwd and
+// loss_sum (dot_interact and its backward: lower_interact.c). One thread per output element
+// unless noted.
 #include <stdio.h>
 #include <string.h>
 
@@ -44,7 +45,7 @@ static bool lower_elementwise(Lower *L, int node) {
   ident(id, sizeof id, ir->tensors[fuse_act ? ir->nodes[next].out : n->out].name);
   snprintf(name, sizeof name, "%s%s_%s", op_name(n->op), fuse_act ? "_act" : "", id);
   if (fuse_act)
-    snprintf(what, sizeof what, "then act %s, fused", act_name(ir->nodes[next].act));
+    snprintf(what, sizeof what, "then act %s, fused", act_name(node_act(&ir->nodes[next])));
   else
     snprintf(what, sizeof what, "%s", dtype_name(ir->tensors[n->out].dtype));
   lower_comment(L, node, what);
@@ -65,7 +66,7 @@ static bool lower_elementwise(Lower *L, int node) {
              "  float stored = %s(out, i);  // the act reads what its input holds\n"
              "  %s(y, i, (float)%s((double)stored));\n",
              ELEM_INDEX, st, expr, dtype_load(ir->tensors[n->out].dtype),
-             dtype_store(ir->tensors[a->out].dtype), act_fn(a->act));
+             dtype_store(ir->tensors[a->out].dtype), act_fn(node_act(a)));
     kb.launch->nfused = 2;
     L->done[next] = true;
   } else {
@@ -81,8 +82,8 @@ static bool lower_act(Lower *L, int node) {
   char name[300], id[256], body[1024];
   ident(id, sizeof id, ir->tensors[n->out].name);
   bool bwd = n->op == OP_ACT_BWD;
-  snprintf(name, sizeof name, "%s_%s_%s", bwd ? "act_bwd" : "act", act_name(n->act), id);
-  lower_comment(L, node, act_name(n->act));
+  snprintf(name, sizeof name, "%s_%s_%s", bwd ? "act_bwd" : "act", act_name(node_act(n)), id);
+  lower_comment(L, node, act_name(node_act(n)));
   KernelBuilder kb;
   kb_begin(&kb, L, node, name, tensor_elems(ir, n->out), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
   kb_tensor_out(&kb, "out", n->out);
@@ -96,10 +97,10 @@ static bool lower_act(Lower *L, int node) {
   if (bwd)
     snprintf(body, sizeof body, "%s  %s(out, i, (float)((double)%s(dy, i) * %s_grad((double)%s(x, i))));\n",
              ELEM_INDEX, dtype_store(ir->tensors[n->out].dtype), dtype_load(ir->tensors[n->ins[0]].dtype),
-             act_fn(n->act), dtype_load(ir->tensors[n->ins[1]].dtype));
+             act_fn(node_act(n)), dtype_load(ir->tensors[n->ins[1]].dtype));
   else
     snprintf(body, sizeof body, "%s  %s(out, i, (float)%s((double)%s(x, i)));\n", ELEM_INDEX,
-             dtype_store(ir->tensors[n->out].dtype), act_fn(n->act),
+             dtype_store(ir->tensors[n->out].dtype), act_fn(node_act(n)),
              dtype_load(ir->tensors[n->ins[0]].dtype));
   kb_end(&kb, body);
   return true;
@@ -165,64 +166,6 @@ static bool lower_copy(Lower *L, int node) {
     default:  // flatten, unflatten: the same bytes, reshaped
       sb_printf(&body, "  %s(out, i, %s(x, i));\n", st, dtype_load(ir->tensors[n->ins[0]].dtype));
       break;
-  }
-  kb_end(&kb, body.data);
-  sb_free(&body);
-  return true;
-}
-
-// dot_interact: one thread per (example, pair); dot_interact_bwd: one per (example, column).
-static bool lower_dot_interact(Lower *L, int node) {
-  const Ir *ir = L->ir;
-  const Node *n = &ir->nodes[node];
-  bool bwd = n->op == OP_DOT_INTERACT_BWD;
-  if (n->prec == DT_FP8 || n->prec == DT_MXFP8)
-    return lower_fail(L, node, "fp8/mxfp8 dot_interact is not lowered yet");
-  char name[300], id[256];
-  ident(id, sizeof id, ir->tensors[n->out].name);
-  snprintf(name, sizeof name, "%s_%s", op_name(n->op), id);
-  char what[64];
-  if (bwd) snprintf(what, sizeof what, "of input %d", (int)n->start);
-  else snprintf(what, sizeof what, "%s", dtype_name(n->prec));
-  lower_comment(L, node, what);
-  int first = bwd ? 1 : 0, nx = n->nins - first;
-  int64_t d = tensor_width(ir, n->ins[first]);
-  int64_t npairs = (int64_t)nx * (nx - 1) / 2;
-  KernelBuilder kb;
-  kb_begin(&kb, L, node, name, tensor_elems(ir, n->out), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
-  kb_tensor_out(&kb, "out", n->out);
-  if (bwd) kb_tensor_in(&kb, "dy", n->ins[0]);
-  for (int k = 0; k < nx; k++) {
-    char p[16];
-    snprintf(p, sizeof p, "x%d", k);
-    kb_tensor_in(&kb, p, n->ins[first + k]);
-  }
-  kb_size(&kb, "n", tensor_elems(ir, n->out));
-  StrBuf body = {0};
-  sb_printf(&body, "  enum { DIM = %lld, PAIRS = %lld };\n%s", (long long)d, (long long)npairs, ELEM_INDEX);
-  const char *st = dtype_store(ir->tensors[n->out].dtype);
-  if (!bwd) {
-    sb_puts(&body, "  i64 b = i / PAIRS;\n  int pair = (int)(i % PAIRS);\n  float acc = 0.0f;\n");
-    int pair = 0;
-    for (int a = 0; a < nx; a++)
-      for (int c = a + 1; c < nx; c++, pair++)
-        sb_printf(&body, "  %sif (pair == %d) for (int k = 0; k < DIM; k++) acc += %s(x%d, b * DIM + k) * %s(x%d, b * DIM + k);\n",
-                  pair ? "else " : "", pair, dtype_load(ir->tensors[n->ins[a]].dtype), a,
-                  dtype_load(ir->tensors[n->ins[c]].dtype), c);
-    sb_printf(&body, "  %s(out, i, acc);\n", st);
-  } else {
-    int self = (int)n->start;
-    sb_puts(&body, "  i64 b = i / DIM, k = i % DIM;\n  float acc = 0.0f;\n");
-    int pair = 0;
-    for (int a = 0; a < nx; a++)
-      for (int c = a + 1; c < nx; c++, pair++) {
-        int other = a == self ? c : (c == self ? a : -1);
-        if (other < 0) continue;
-        sb_printf(&body, "  acc += %s(dy, b * PAIRS + %d) * %s(x%d, b * DIM + k);\n",
-                  dtype_load(ir->tensors[n->ins[0]].dtype), pair,
-                  dtype_load(ir->tensors[n->ins[first + other]].dtype), other);
-      }
-    sb_printf(&body, "  %s(out, i, acc);\n", st);
   }
   kb_end(&kb, body.data);
   sb_free(&body);
@@ -318,7 +261,7 @@ bool lower_pointwise(Lower *L, int node) {
     case OP_FLATTEN:
     case OP_UNFLATTEN: return lower_copy(L, node);
     case OP_DOT_INTERACT:
-    case OP_DOT_INTERACT_BWD: return lower_dot_interact(L, node);
+    case OP_DOT_INTERACT_BWD: return lower_interact(L, node);  // lower_interact.c
     case OP_REDUCE_ROWS: return lower_reduce_rows(L, node);
     case OP_BCE:
     case OP_BCE_BWD:

@@ -195,6 +195,12 @@ typedef struct Node {
   Schedule sched;
 } Node;
 
+// The activation a node computes: gelu under @schedule(gelu = taylor) is gelu_taylor. Every
+// backend reads this, never n->act alone.
+static inline Act node_act(const Node *n) {
+  return n->act == ACT_GELU && n->sched.gelu_taylor == 1 ? ACT_GELU_TAYLOR : n->act;
+}
+
 // One parameter's or table's gradient: `grad @w = %w.grad`.
 typedef struct IrGrad {
   int param;  // a PARAM or TABLE tensor

@@ -37,9 +37,13 @@ __device__ __forceinline__ float attn_bf16_to_float(attn_bf16 x) {
 
 // Two floats -> one register of two bf16, `lo` at the lower address (round to nearest even).
 __device__ __forceinline__ unsigned attn_pack_bf16(float lo, float hi) {
+#ifdef GEMC_ON_CPU  // tests/codegen: the kernels that need no tensor cores, run on the CPU
+  return (unsigned)cpu_bf16_bits(lo) | (unsigned)cpu_bf16_bits(hi) << 16;
+#else
   unsigned r;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
+#endif
 }
 
 __device__ __forceinline__ void attn_store2(attn_bf16 *p, float a, float b) {
@@ -58,9 +62,13 @@ struct attn_half {
 __device__ __forceinline__ float attn_to_float(float x) { return x; }
 __device__ __forceinline__ float attn_to_float(attn_bf16 x) { return attn_bf16_to_float(x); }
 __device__ __forceinline__ float attn_to_float(attn_half x) {
+#ifdef GEMC_ON_CPU
+  return cpu_fp16_value(x.bits);
+#else
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x.bits));
   return f;
+#endif
 }
 
 __device__ __forceinline__ void attn_store1(float *p, float x) { *p = x; }
@@ -68,9 +76,13 @@ __device__ __forceinline__ void attn_store1(attn_bf16 *p, float x) {
   *p = (attn_bf16)(attn_pack_bf16(x, 0.0f) & 0xffffu);
 }
 __device__ __forceinline__ void attn_store1(attn_half *p, float x) {
+#ifdef GEMC_ON_CPU
+  p->bits = cpu_fp16_bits(x);
+#else
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
   p->bits = h;
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -121,9 +133,13 @@ template <int ACT> __device__ __forceinline__ float attn_act_grad(float x) {
 // forward at self N=1024 against 276 for silu). Forward and backward use the same function,
 // so gradients stay consistent. The fp32 kernels keep exact erff (docs/attention.md).
 __device__ __forceinline__ float attn_tanh_approx(float x) {
+#ifdef GEMC_ON_CPU
+  return tanhf(x);
+#else
   float y;
   asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+#endif
 }
 
 template <int ACT> __device__ __forceinline__ float attn_act_tc(float x) {
@@ -230,6 +246,9 @@ __device__ __forceinline__ void attn_query_range(const AttnRows &r, int j0, int 
   *hi = b > a ? b : a;
 }
 
+// The tensor-core pieces (shared-memory tiles, cp.async, ldmatrix, mma) exist only on the GPU.
+#ifndef GEMC_ON_CPU
+
 // ---------------------------------------------------------------------------------------------
 // Shared-memory tiles: rows of DH bf16, 16-byte chunks XOR-swizzled by row so that ldmatrix
 // reads eight rows of one column chunk without bank conflicts.
@@ -333,5 +352,7 @@ __device__ __forceinline__ void attn_load_b(unsigned *b, const attn_bf16 *tile, 
   attn_ldmatrix_x4_trans(b, tile + attn_smem_index<DH>(k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                      n0 + (lane >> 4) * 8));
 }
+
+#endif  // GEMC_ON_CPU
 
 #endif

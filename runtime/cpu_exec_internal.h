@@ -96,7 +96,7 @@ _Static_assert(MM_MC % MM_MR == 0 && MM_NC % 16 == 0, "blocks hold whole registe
 // The activation a node evaluates: its act, with gelu replaced by gelu_taylor when the
 // schedule asks for it (@schedule(gelu = taylor)).
 static inline Act cpu_node_act(const Node *n) {
-  return n->act == ACT_GELU && n->sched.gelu_taylor == 1 ? ACT_GELU_TAYLOR : n->act;
+  return node_act(n);
 }
 
 typedef void (*NodeKernel)(CpuExec *x, int node);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "cublaslt.h"
+#include "gpu_optstate.h"
 #include "gpu_tiles.h"
 #include "numerics.h"
 
@@ -863,8 +864,11 @@ bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, 
   } else {
     encode_values(tmp, data, numel, dt);
   }
+  // On the compute stream (not the legacy default stream, which the non-blocking compute
+  // stream does not wait for), then waited for, so tmp can go and later launches see it.
   bool ok = bytes == 0 || (CU_CHECK(g->d->cuStreamSynchronize(g->compute)) &&
-                           CU_CHECK(g->d->cuMemcpyHtoD(p, tmp, bytes)));
+                           CU_CHECK(g->d->cuMemcpyHtoDAsync(p, tmp, bytes, g->compute)) &&
+                           CU_CHECK(g->d->cuStreamSynchronize(g->compute)));
   free(tmp);
   return ok || fail(why, why_size, "writing tensor %s: %s", g->ir->tensors[t].name,
                     cuda_last_error());
@@ -959,6 +963,43 @@ bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size
     if (!gpu_exec_read_tensor(g, t, dst, n, &got, NULL, NULL, why, why_size)) return false;
   }
   return true;
+}
+
+bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size) {
+  if (!gpu_optstate_check(g->p, t, s, why, why_size)) return false;
+  const CudaDriver *d = g->d;
+  if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
+    int64_t n = gpu_optstate_numel(g->p, t, slot);
+    if (n <= 0) continue;
+    CUdeviceptr src = g->buffers[g->p->optstate_buffer[2 * t + slot]];
+    if (!CU_CHECK(d->cuMemcpyDtoH(gpu_optstate_host(s, slot), src, (size_t)n * 4)))
+      return fail(why, why_size, "reading optimizer state %d of %s: %s", slot,
+                  g->ir->tensors[t].name, cuda_last_error());
+  }
+  return true;
+}
+
+bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
+                              size_t why_size) {
+  if (!gpu_optstate_check(g->p, t, s, why, why_size)) return false;
+  const CudaDriver *d = g->d;
+  if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
+    int64_t n = gpu_optstate_numel(g->p, t, slot);
+    if (n <= 0) continue;
+    CUdeviceptr dst = g->buffers[g->p->optstate_buffer[2 * t + slot]];
+    if (!CU_CHECK(d->cuMemcpyHtoDAsync(dst, gpu_optstate_host(s, slot), (size_t)n * 4,
+                                       g->compute)))
+      return fail(why, why_size, "writing optimizer state %d of %s: %s", slot,
+                  g->ir->tensors[t].name, cuda_last_error());
+  }
+  // The host arrays are the caller's: the copies finish before this returns.
+  return CU_CHECK(d->cuStreamSynchronize(g->compute)) ||
+         fail(why, why_size, "writing the optimizer state of %s: %s", g->ir->tensors[t].name,
+              cuda_last_error());
 }
 
 int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }

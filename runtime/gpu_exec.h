@@ -27,6 +27,7 @@
 #include "batch.h"
 #include "cpu_exec.h"
 #include "cuda_driver.h"
+#include "optim.h"
 #include "plan.h"
 
 typedef struct GpuExecOptions {
@@ -50,6 +51,13 @@ void gpu_exec_free(GpuExec *g);
 bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *why, size_t why_size);
 // The reverse: parameters and tables back into x (checkpoints, tests).
 bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size);
+// The optimizer state of parameter or table t (checkpoints): every slot the plan keeps for it
+// (AdamW m and v, row-wise Adagrad's rowsum; gpu_optstate.h) into s's host arrays, or from
+// them onto the device. Both wait for the compute stream first, and the upload is ordered
+// before any later launch. Fails, naming t, when s's optimizer does not match the plan's.
+bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size);
+bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
+                              size_t why_size);
 
 // Packs batch `b` into pinned memory and enqueues its upload on the copy stream. The batch can
 // be reused as soon as this returns.

@@ -531,10 +531,53 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
   add_entry(s, "train.curve", "", s->curve, (size_t)ncurve * 6 * sizeof *s->curve);
 }
 
+// The cuda backend keeps the parameters, the tables and the optimizer state on the GPU, and a
+// checkpoint is written from the CPU side (the executor's parameters and each OptimState), so
+// the GPU's copies come back first. The file is the same either backend writes. The GPU's
+// optimizer launches take the trainer's step (AdamW's bias correction counts from it), so every
+// parameter and table with a gradient has taken t->step optimizer steps, as on the CPU.
+static bool gpu_state_to_host(Trainer *t, char *err, size_t err_size) {
+  char why[512];
+  if (!gpu_session_download(t->gpu, t->x, why, sizeof why))
+    return fail(err, err_size, "saving a checkpoint: reading the parameters back from the "
+                "GPU: %s", why);
+  for (int i = 0; i < t->ntrained; i++) {
+    Trained *p = &t->trained[i];
+    if (!gpu_session_download_optstate(t->gpu, p->tensor, &p->st, why, sizeof why))
+      return fail(err, err_size, "saving a checkpoint: reading the optimizer state back from "
+                  "the GPU: %s", why);
+    if (ir_grad_of(t->ir, p->tensor) >= 0) p->st.step = t->step;
+  }
+  return true;
+}
+
+// After a checkpoint is loaded into the CPU side: parameters, tables and optimizer state onto
+// the GPU. The buffers keep their addresses, so the CUDA graphs (which capture pointers, not
+// values) stay valid; a batch prefetched before the resume would be stale, so none is kept.
+static bool gpu_state_from_host(Trainer *t, const char *dir, char *err, size_t err_size) {
+  for (int i = 0; i < t->ntrained; i++) {
+    const Trained *p = &t->trained[i];
+    if (p->st.cfg.kind == OPTIM_ADAMW && ir_grad_of(t->ir, p->tensor) >= 0 &&
+        p->st.step != t->step)
+      return fail(err, err_size, "checkpoint %s/%s: AdamW on %s has taken %" PRId64 " steps "
+                  "of the %" PRId64 " the checkpoint trained; the cuda backend steps every "
+                  "parameter at the training step, so it cannot continue it", dir,
+                  CHECKPOINT_FILE, t->ir->tensors[p->tensor].name, p->st.step, t->step);
+  }
+  char why[512];
+  if (!gpu_session_upload(t->gpu, t->x, why, sizeof why))
+    return fail(err, err_size, "resuming: uploading the parameters to the GPU: %s", why);
+  for (int i = 0; i < t->ntrained; i++) {
+    const Trained *p = &t->trained[i];
+    if (!gpu_session_upload_optstate(t->gpu, p->tensor, &p->st, why, sizeof why))
+      return fail(err, err_size, "resuming from %s/%s: %s", dir, CHECKPOINT_FILE, why);
+  }
+  t->gpu_prefetched = false;
+  return true;
+}
+
 bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
-  if (t->gpu)
-    return fail(err, err_size, "checkpoints are not supported on the cuda backend yet (the "
-                "optimizer state lives on the GPU); train with --backend cpu to save");
+  if (t->gpu && !gpu_state_to_host(t, err, err_size)) return false;
   Entries s;
   list_entries(t, &s, t->losses, t->step, t->ncurve);
   s.counters[0] = t->cursor;
@@ -552,9 +595,6 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
 }
 
 bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
-  if (t->gpu)
-    return fail(err, err_size, "resuming is not supported on the cuda backend yet; use "
-                "--backend cpu");
   CkptInfo info;
   if (!checkpoint_info(dir, &info, err, err_size)) return false;
   int64_t nsteps = info.step;
@@ -596,6 +636,7 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
       CurvePoint p = {(int64_t)r[0], r[1], r[2], r[3], r[4], r[5]};
       trainer_add_curve_point(t, &p);
     }
+    if (t->gpu) ok = gpu_state_from_host(t, dir, err, err_size);
   }
   free(losses);
   entries_free(&s);

@@ -269,6 +269,20 @@ bool gpu_session_download(GpuSession *s, CpuExec *x, char *err, size_t err_size)
   return gpu_exec_download_params(s->x, x, err, err_size);
 }
 
+bool gpu_session_upload(GpuSession *s, CpuExec *x, char *err, size_t err_size) {
+  return gpu_exec_upload_params(s->x, x, err, err_size);
+}
+
+bool gpu_session_download_optstate(GpuSession *s, int tensor, OptimState *st, char *err,
+                                   size_t err_size) {
+  return gpu_exec_download_optstate(s->x, tensor, st, err, err_size);
+}
+
+bool gpu_session_upload_optstate(GpuSession *s, int tensor, const OptimState *st, char *err,
+                                 size_t err_size) {
+  return gpu_exec_upload_optstate(s->x, tensor, st, err, err_size);
+}
+
 const char *gpu_session_device(const GpuSession *s) { return s->device; }
 const char *gpu_session_arch(const GpuSession *s) { return s->ctx.arch; }
 double gpu_session_compile_cold(const GpuSession *s) { return s->cold; }

@@ -14,6 +14,7 @@
 #include "batch.h"
 #include "cpu_exec.h"
 #include "ir.h"
+#include "optim.h"
 
 typedef struct GpuSessionOptions {
   const char *artifact;   // a `gemc build` artifact; NULL: JIT with NVRTC
@@ -41,6 +42,14 @@ bool gpu_session_finish(GpuSession *s, double *loss, char *err, size_t err_size)
 const float *gpu_session_probs(const GpuSession *s, int task);
 // Parameters and tables back into the CPU executor.
 bool gpu_session_download(GpuSession *s, CpuExec *x, char *err, size_t err_size);
+// Checkpoints. gpu_session_upload: parameters and tables from the CPU executor onto the GPU,
+// with every optimizer state zeroed; then gpu_session_upload_optstate puts back the state of
+// each parameter and table. gpu_session_download_optstate reads it into st's host arrays.
+bool gpu_session_upload(GpuSession *s, CpuExec *x, char *err, size_t err_size);
+bool gpu_session_download_optstate(GpuSession *s, int tensor, OptimState *st, char *err,
+                                   size_t err_size);
+bool gpu_session_upload_optstate(GpuSession *s, int tensor, const OptimState *st, char *err,
+                                 size_t err_size);
 
 // Facts for the banner and the summary.
 const char *gpu_session_device(const GpuSession *s);  // "NVIDIA H200 (sm_90a, 132 SMs)"

@@ -39,6 +39,9 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int off) {
   __syncwarp();
   return r;
 }
+// The rounded fp32 intrinsics (never fused into an fma; neither is plain C++ here).
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
 inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline unsigned atomicMax(unsigned *p, unsigned v) {
   unsigned old = __atomic_load_n(p, __ATOMIC_SEQ_CST);

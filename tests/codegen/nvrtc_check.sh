@@ -1,7 +1,8 @@
 #!/bin/sh
-# tests/codegen/nvrtc_check.sh: every model in models/ and every tests/golden/codegen_*.gem
-# emits CUDA, and NVRTC compiles that source for sm_90a AND sm_100a (to PTX: the full
-# front-end and optimizer run; ptxas is the runtime's business). Runs the pairs two at a time.
+# tests/codegen/nvrtc_check.sh: every model in models/, every tests/golden/codegen_*.gem and
+# every model of the GPU kernel test (tests/gpu/models/*.gem) emits CUDA, and NVRTC compiles
+# that source for sm_90a AND sm_100a (to PTX: the full front-end and optimizer run; ptxas is
+# the runtime's business). Runs the pairs two at a time.
 # When libnvrtc cannot be loaded at all, says so and skips (exit 0). When a model fails only
 # because its attention nodes cannot be lowered yet, the rest of its kernels are still checked
 # with --skip-attention and the model is reported as "partial" (GEMC_CODEGEN_STRICT=1 makes that
@@ -42,7 +43,8 @@ check() {
 }
 
 n=0
-for m in models/*.gem tests/golden/codegen_*.gem; do
+for m in models/*.gem tests/golden/codegen_*.gem tests/gpu/models/*.gem; do
+  [ -f "$m" ] || continue  # a pattern that matched nothing
   for a in sm_90a sm_100a; do
     n=$((n + 1))
     check "$m" "$a" >"$tmp/result.$(printf %03d $n)" &

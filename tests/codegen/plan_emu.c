@@ -3,8 +3,9 @@
 // by memset, in the plan's order, over the memory plan's own buffers (poisoned with NaN bytes
 // at the start, so a kernel that reads what nothing wrote shows up). The loss, every gradient
 // and every updated parameter and table row are compared with the CPU executor on the same
-// synthetic batch and initial parameters. Models with attention are out of its reach (the
-// attention kernels use tensor-core instructions).
+// synthetic batch and initial parameters. Attention runs when its kernels need no tensor
+// cores (fp32 and fp16 storage: the SIMT kernels; fp8 and mxfp8: the quantized ones), with the
+// tile lists the runtime would build (runtime/gpu_tiles.c).
 //   plan_emu MODEL.gem [TOLERANCE]     exit 0 when every relative error is within TOLERANCE
 #include <math.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 
 #include "batch.h"
 #include "cpu_exec.h"
+#include "gpu_tiles.h"
 #include "load_model.h"
 #include "memplan.h"
 #include "numerics.h"
@@ -111,6 +113,14 @@ static void run_launch(const Launch *l) {
     fprintf(stderr, "plan_emu: no kernel %s\n", l->kernel);
     exit(2);
   }
+  int32_t *tiles = NULL;
+  int64_t ntiles = 0;
+  if (l->grid == GRID_TILES) {
+    const TileList *tl = &plan->tiles[l->tiles];
+    ntiles = gpu_tiles_build(tl, batch->B, tl->q_jag >= 0 ? batch->offsets[tl->q_jag] : NULL,
+                             tl->kv_jag >= 0 ? batch->offsets[tl->kv_jag] : NULL, 0, &tiles);
+    if (ntiles < 0) exit(2);
+  }
   uint64_t args[PLAN_MAX_ARGS] = {0};
   for (int a = 0; a < l->nargs; a++) {
     const LaunchArg *x = &l->args[a];
@@ -118,12 +128,15 @@ static void run_launch(const Launch *l) {
       case ARG_SIZE: args[a] = (uint64_t)eval(x->size); break;
       case ARG_INT: args[a] = (uint64_t)x->i; break;
       case ARG_STEP: args[a] = 1; break;
+      case ARG_TILES: args[a] = (uint64_t)(uintptr_t)tiles; break;
       default: args[a] = (uint64_t)(uintptr_t)arg_ptr(x); break;
     }
   }
   int64_t size = eval(l->size);
-  unsigned grid = (unsigned)((size + l->per_block - 1) / l->per_block);
+  unsigned grid = l->grid == GRID_TILES ? (unsigned)ntiles
+                                        : (unsigned)((size + l->per_block - 1) / l->per_block);
   if (grid > 0) emu_launch(fn, grid, (unsigned)l->threads, args);
+  free(tiles);
 }
 
 static void compare(const char *what, const float *want, const char *got, DType t, int64_t n) {

@@ -15,7 +15,9 @@ if ! command -v "$CXX" >/dev/null 2>&1; then echo "plan_emu: SKIP: no C++ compil
 "$gemc" emit "$model" >"$tmp/model.cu" || exit 1
 # The kernels without the prelude (prelude_on_cpu.h stands in) and without extern "C".
 awk '/^\/\/ prelude.cuh:/ { skip = 1 } skip && /^\/\/ [A-Za-z0-9_.-]+\.gem:[0-9]+:[0-9]+ / { skip = 0 } !skip' "$tmp/model.cu" |
-  sed 's/extern "C"//' >"$tmp/model_kernels.inc"
+  sed -e 's/extern "C"//' \
+      -e 's/extern __shared__ __align__(16) unsigned char attn_smem\[\];/unsigned char *attn_smem = emu_dynamic_smem;/' \
+      >"$tmp/model_kernels.inc"
 awk '/__global__/ { getline; sub(/\(.*/, ""); printf "{\"%s\", (void *)&%s},\n", $0, $0 }' "$tmp/model.cu" >"$tmp/kernel_table.inc"
 if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -c -o "$tmp/kernels.o" tests/codegen/plan_emu_kernels.cpp 2>"$tmp/cxx.err"; then
   if grep -q "barrier" "$tmp/cxx.err"; then echo "plan_emu: SKIP: $CXX has no C++20 <barrier>"; exit 0; fi

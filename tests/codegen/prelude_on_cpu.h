@@ -70,3 +70,24 @@ inline i64 example_of_row(const i64 *offsets, i64 batch, i64 row) {
 }
 using std::isfinite;
 using std::isinf;
+
+// The attention kernels that need no tensor cores (kernels/attention_simt.cuh,
+// attention_quantized.cuh) run here too: attention.cuh takes its GEMC_ON_CPU branches, and
+// plan_emu.sh points the dynamic shared memory at emu_dynamic_smem (blocks run one at a time).
+#define GEMC_ON_CPU 1
+#define __align__(n) alignas(n)
+struct float2 {
+  float x, y;
+};
+inline float2 make_float2(float x, float y) { return {x, y}; }
+struct float4 {
+  float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+inline float __expf(float x) { return expf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline unsigned short cpu_bf16_bits(float x) { return bf16_encode(x); }
+inline float cpu_fp16_value(unsigned short h) { return fp16_decode(h); }
+inline unsigned short cpu_fp16_bits(float x) { return fp16_encode(x); }
+alignas(16) unsigned char emu_dynamic_smem[256 * 1024];

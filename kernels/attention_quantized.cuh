@@ -1,0 +1,522 @@
+// attention_quantized.cuh: GDPA at fp8 and mxfp8, computing exactly what the CPU executor
+// emulates (runtime/cpu_attention_real.h; the rules are docs/executor.md, "Quantized matmuls"):
+//   - the tensor operands are quantized first, into fp32 copies that hold the dequantized
+//     values: Q, K, V and dO along each head's dh features (for S = Q·Kᵀ and dP = dO·Vᵀ), and
+//     V, K, Q and dO down each column of one example's rows (for O = P·V, dQ = dS·K,
+//     dK = dSᵀ·Q and dV = Pᵀ·dO). fp8 gives a whole tensor one scale (amax / 448), so both
+//     copies are the same and one is made;
+//   - P and dS are quantized as they are formed: mxfp8 in blocks of 32 along the reduction,
+//     aligned to the sequence's first row; fp8 with one scale per vector along the reduction
+//     (a row of P or dS for the forward pass and dQ, a column for dK and dV), which costs an
+//     extra sweep to find the vector's amax first.
+// The arithmetic is fp32, activations in double as numerics.c evaluates them, softmax in the
+// CPU's order (max, then the sum of exp(s - max) key by key, then one reciprocal). One thread
+// per query row (forward, dQ, softmax statistics) or per key row (dK, dV), 64 rows per block,
+// the other side staged through shared memory 64 rows at a time. These kernels are written
+// to match, not for speed: the FP8 tensor-core path is a later issue (docs/attention.md).
+// Needs the prelude (e4m3_round, mx_block_exponent, act_*) and attention.cuh (AttnRows).
+// defines: attnq_amax, attnq_quantize_fp8, attnq_quantize_heads_mx, attnq_quantize_rows_mx,
+//          attnq_forward, attnq_backward_stats, attnq_backward_q, attnq_backward_kv
+#ifndef GEMC_ATTENTION_QUANTIZED_CUH
+#define GEMC_ATTENTION_QUANTIZED_CUH
+
+enum { ATTNQ_ROWS = 64, ATTNQ_BLOCK = 32 };
+
+#define ATTNQ_FLT_MAX 3.402823466e38f
+
+// ---------------------------------------------------------------------------------------------
+// Quantizing the tensor operands
+
+// |x| when finite, else 0: the amax of numerics.c ignores inf and NaN.
+__device__ __forceinline__ float attnq_finite_abs(float x) {
+  float a = fabsf(x);
+  return a <= ATTNQ_FLT_MAX ? a : 0.0f;
+}
+
+// fp8, first pass: the largest finite |x| of the tensor, as the bits of a non-negative float
+// (an integer atomicMax orders those as the floats: the result does not depend on the order).
+// *amax_bits must be 0 before the launch.
+template <typename T>
+__device__ __forceinline__ void attnq_amax(unsigned *__restrict__ amax_bits, const T *__restrict__ x,
+                                           long long n) {
+  float m = 0.0f;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x)
+    m = fmaxf(m, attnq_finite_abs(attn_to_float(x[i])));
+  m = warp_max(m);
+  if (threadIdx.x % WARP_SIZE == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
+}
+
+// The per-tensor fp8 scale of numerics.c: amax / 448, or 1 when that is not positive.
+__device__ __forceinline__ float attnq_fp8_scale(float amax) {
+  float s = __fdiv_rn(amax, 448.0f);
+  return s > 0.0f ? s : 1.0f;
+}
+
+__device__ __forceinline__ float attnq_fp8(float x, float scale) {
+  return e4m3_round(__fdiv_rn(x, scale)) * scale;
+}
+
+// fp8, second pass: out[i] = e4m3(x[i] / scale) * scale, one thread per element.
+template <typename T>
+__device__ __forceinline__ void attnq_quantize_fp8(float *__restrict__ out, const T *__restrict__ x,
+                                                   long long n, const unsigned *__restrict__ amax_bits) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  out[i] = attnq_fp8(attn_to_float(x[i]), attnq_fp8_scale(__uint_as_float(*amax_bits)));
+}
+
+// One mxfp8 block of n values at x[0], x[stride], ... (n <= 32), quantized in place.
+__device__ __forceinline__ void attnq_mx_block(float *v, int n, int stride) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; i++) amax = fmaxf(amax, attnq_finite_abs(v[i * stride]));
+  int e = mx_block_exponent(amax);
+  float inv = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);
+  for (int i = 0; i < n; i++) v[i * stride] = e4m3_round(v[i * stride] * inv) * scale;
+}
+
+// mxfp8 along each head's features: one thread per (row, head, block of 32 of dh).
+template <int DH, typename T>
+__device__ __forceinline__ void attnq_quantize_heads_mx(float *__restrict__ out, const T *__restrict__ x,
+                                                        long long rows, int d) {
+  enum { BLOCKS = (DH + ATTNQ_BLOCK - 1) / ATTNQ_BLOCK };
+  const int heads = d / DH;
+  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= rows * heads * BLOCKS) return;
+  long long row = t / (heads * BLOCKS);
+  int rest = (int)(t % (heads * BLOCKS)), h = rest / BLOCKS, blk = rest % BLOCKS;
+  int c0 = h * DH + blk * ATTNQ_BLOCK, n = DH - blk * ATTNQ_BLOCK;
+  if (n > ATTNQ_BLOCK) n = ATTNQ_BLOCK;
+  float v[ATTNQ_BLOCK];
+  for (int i = 0; i < n; i++) v[i] = attn_to_float(x[row * d + c0 + i]);
+  attnq_mx_block(v, n, 1);
+  for (int i = 0; i < n; i++) out[row * d + c0 + i] = v[i];
+}
+
+// Which rows of an example a rows-quantized copy covers.
+enum { ATTNQ_KV_ROWS = 0, ATTNQ_Q_ROWS = 1, ATTNQ_OUT_ROWS = 2 };
+
+// mxfp8 down each column of one example's rows (blocks of 32 from its first row): one thread
+// per (example, column). PMA's seeds (q rows, shared) are one block of rows, done once.
+template <typename T>
+__device__ __forceinline__ void attnq_quantize_rows_mx(float *__restrict__ out, const T *__restrict__ x,
+                                                       const AttnRows &r, int side, long long batch) {
+  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  long long examples = side == ATTNQ_Q_ROWS && r.q_shared ? 1 : batch;
+  if (t >= examples * r.d) return;
+  const int b = (int)(t / r.d), c = (int)(t % r.d);
+  const AttnExample e = attn_example(r, b);
+  long long start = side == ATTNQ_KV_ROWS ? e.kv_start : side == ATTNQ_Q_ROWS ? e.q_start : e.o_start;
+  int len = side == ATTNQ_KV_ROWS ? e.kv_len : e.q_len;
+  for (int r0 = 0; r0 < len; r0 += ATTNQ_BLOCK) {
+    int n = len - r0 < ATTNQ_BLOCK ? len - r0 : ATTNQ_BLOCK;
+    float v[ATTNQ_BLOCK];
+    for (int i = 0; i < n; i++) v[i] = attn_to_float(x[(start + r0 + i) * r.d + c]);
+    attnq_mx_block(v, n, 1);
+    for (int i = 0; i < n; i++) out[(start + r0 + i) * r.d + c] = v[i];
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scores and probabilities, as the CPU forms them
+
+template <int ACT> __device__ __forceinline__ double attnq_act(double x) {
+  if (ACT == ATTN_ACT_SILU) return act_silu(x);
+  if (ACT == ATTN_ACT_GELU) return act_gelu(x);
+  if (ACT == ATTN_ACT_GELU_TAYLOR) return act_gelu_taylor(x);
+  if (ACT == ATTN_ACT_RELU) return act_relu(x);
+  if (ACT == ATTN_ACT_SIGMOID) return act_sigmoid(x);
+  return x;
+}
+
+template <int ACT> __device__ __forceinline__ double attnq_act_grad(double x) {
+  if (ACT == ATTN_ACT_SILU) return act_silu_grad(x);
+  if (ACT == ATTN_ACT_GELU) return act_gelu_grad(x);
+  if (ACT == ATTN_ACT_GELU_TAYLOR) return act_gelu_taylor_grad(x);
+  if (ACT == ATTN_ACT_RELU) return act_relu_grad(x);
+  if (ACT == ATTN_ACT_SIGMOID) return act_sigmoid_grad(x);
+  return 1.0;
+}
+
+template <int DH> __device__ __forceinline__ float attnq_dot(const float *a, const float *b) {
+  float s = 0.0f;
+  for (int c = 0; c < DH; c++) s += a[c] * b[c];
+  return s;
+}
+
+// Softmax row statistics in the CPU's order: m = the max score, inv = 1 / sum of exp(s - m).
+struct AttnqRow {
+  float m, inv, dot;  // dot: sum over keys of dP * P (backward)
+};
+
+// P from a score: softmax exp(s - m) * inv (the exponential in double, then fp32), else
+// act(s) * inv_norm in double, rounded once.
+template <int ACT>
+__device__ __forceinline__ float attnq_prob(float s, const AttnqRow &st, double inv_norm) {
+  if (ACT == ATTN_ACT_SOFTMAX) return (float)exp((double)(s - st.m)) * st.inv;
+  return (float)(attnq_act<ACT>((double)s) * inv_norm);
+}
+
+// dS from dP: softmax P (dP - dot); else dP act'(s) inv_norm in double, rounded once.
+template <int ACT>
+__device__ __forceinline__ float attnq_grad(float s, float p, float dp, const AttnqRow &st,
+                                            double inv_norm) {
+  if (ACT == ATTN_ACT_SOFTMAX) return p * (dp - st.dot);
+  return (float)((double)dp * attnq_act_grad<ACT>((double)s) * inv_norm);
+}
+
+// The softmax statistics of query row `qrow` (its features in registers; dor: dO's, used only
+// when with_dot) over keys [jlo, jhi), staging K (and V) through shared memory. Every thread
+// of the block calls it (it synchronizes); inactive threads pass active = false.
+template <int DH, int ACT>
+__device__ __forceinline__ AttnqRow attnq_row_stats(const float *qr, const float *dor, bool with_dot,
+                                                    const float *__restrict__ kh,
+                                                    const float *__restrict__ vh, const AttnRows &r,
+                                                    const AttnExample &e, int i, bool active, int jlo,
+                                                    int jhi, int col0, float *tile_k, float *tile_v) {
+  AttnqRow st = {-ATTN_INF, 0.0f, 0.0f};
+  if (ACT != ATTN_ACT_SOFTMAX) return st;
+  bool seen = false;
+  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {  // the max
+    __syncthreads();
+    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+    __syncthreads();
+    for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
+      if (!attn_visible(r, i, j0 + jj)) continue;
+      float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
+      st.m = !seen || s > st.m ? s : st.m;
+      seen = true;
+    }
+  }
+  float sum = 0.0f;
+  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {  // the sum, key by key
+    __syncthreads();
+    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+    __syncthreads();
+    for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
+      if (!attn_visible(r, i, j0 + jj)) continue;
+      float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
+      sum += (float)exp((double)(s - st.m));
+    }
+  }
+  st.inv = seen ? 1.0f / sum : 0.0f;
+  if (!with_dot) return st;
+  float dot = 0.0f;
+  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {  // sum of dP * P
+    __syncthreads();
+    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+    attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
+    __syncthreads();
+    for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
+      if (!attn_visible(r, i, j0 + jj)) continue;
+      float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
+      float dp = attnq_dot<DH>(dor, tile_v + jj * DH);
+      dot += dp * attnq_prob<ACT>(s, st, 1.0);
+    }
+  }
+  st.dot = dot;
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: O = quant(P) · V, one thread per query row of a 64-row tile.
+
+template <int DH, int ACT, int MX, typename OT>
+__device__ __forceinline__ void attnq_forward(OT *__restrict__ out, const float *__restrict__ qh,
+                                              const float *__restrict__ kh,
+                                              const float *__restrict__ vr, const AttnRows &r,
+                                              double inv_norm, const int *__restrict__ tiles) {
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTNQ_ROWS * DH;
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], i0 = tile[1], h = tile[2];
+  const AttnExample e = attn_example(r, b);
+  const int col0 = h * DH, i = i0 + threadIdx.x;
+  const bool active = i < e.q_len;
+  const int nq = e.q_len - i0 < ATTNQ_ROWS ? e.q_len - i0 : ATTNQ_ROWS;
+  int jlo, jhi;
+  attn_key_range(r, i0, i0 + nq, e.kv_len, &jlo, &jhi);
+  float qr[DH], acc[DH];
+  for (int c = 0; c < DH; c++) {
+    qr[c] = active ? qh[(e.q_start + i) * r.d + col0 + c] : 0.0f;
+    acc[c] = 0.0f;
+  }
+  AttnqRow st = attnq_row_stats<DH, ACT>(qr, qr, false, kh, kh, r, e, i, active, jlo, jhi, col0,
+                                         tile_k, tile_v);
+  float row_scale = 1.0f;
+  if (!MX) {  // fp8: one scale for the row of P
+    float amax = 0.0f;
+    for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
+      __syncthreads();
+      attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+      __syncthreads();
+      for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
+        if (!attn_visible(r, i, j0 + jj)) continue;
+        float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
+        amax = fmaxf(amax, attnq_finite_abs(attnq_prob<ACT>(s, st, inv_norm)));
+      }
+    }
+    row_scale = attnq_fp8_scale(amax);
+  }
+  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
+    __syncthreads();
+    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+    attn_stage_rows<DH>(tile_v, vr, e.kv_start, j0, e.kv_len, r.d, col0);
+    __syncthreads();
+    if (!active) continue;
+    for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
+      float p[ATTNQ_BLOCK];
+      for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
+        int j = j0 + half + jj;
+        p[jj] = 0.0f;
+        if (j < jhi && attn_visible(r, i, j)) {
+          float s = attnq_dot<DH>(qr, tile_k + (half + jj) * DH) * r.scale;
+          p[jj] = attnq_prob<ACT>(s, st, inv_norm);
+        }
+      }
+      if (MX) attnq_mx_block(p, ATTNQ_BLOCK, 1);
+      for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
+        float pq = MX ? p[jj] : attnq_fp8(p[jj], row_scale);
+        if (pq == 0.0f) continue;
+        const float *vj = tile_v + (half + jj) * DH;
+        for (int c = 0; c < DH; c++) acc[c] += pq * vj[c];
+      }
+    }
+  }
+  if (!active) return;
+  for (int c = 0; c < DH; c++) attn_store1(out + (e.o_start + i) * r.d + col0 + c, acc[c]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward
+
+// Softmax statistics {m, inv, dot} of every output row and head, for the dK/dV kernel (which
+// goes by key and cannot form a row's statistics itself). One thread per query row; block x
+// is (example, 64-row tile, head) over q_tiles tiles per example (the longest example's), and
+// a tile past its example's end returns at once.
+template <int DH, int ACT>
+__device__ __forceinline__ void attnq_backward_stats(float4 *__restrict__ stats, const float *__restrict__ qh,
+                                                     const float *__restrict__ kh,
+                                                     const float *__restrict__ vh,
+                                                     const float *__restrict__ doh, const AttnRows &r,
+                                                     int q_tiles) {
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTNQ_ROWS * DH;
+  const int heads = r.d / DH;
+  const int b = (int)(blockIdx.x / (q_tiles * heads)), h = (int)(blockIdx.x % heads);
+  const int i0 = (int)((blockIdx.x / heads) % q_tiles) * ATTNQ_ROWS;
+  const AttnExample e = attn_example(r, b);
+  if (i0 >= e.q_len) return;
+  const int col0 = h * DH, i = i0 + threadIdx.x;
+  const bool active = i < e.q_len;
+  const int nq = e.q_len - i0 < ATTNQ_ROWS ? e.q_len - i0 : ATTNQ_ROWS;
+  int jlo, jhi;
+  attn_key_range(r, i0, i0 + nq, e.kv_len, &jlo, &jhi);
+  float qr[DH], dor[DH];
+  for (int c = 0; c < DH; c++) {
+    qr[c] = active ? qh[(e.q_start + i) * r.d + col0 + c] : 0.0f;
+    dor[c] = active ? doh[(e.o_start + i) * r.d + col0 + c] : 0.0f;
+  }
+  AttnqRow st = attnq_row_stats<DH, ACT>(qr, dor, true, kh, vh, r, e, i, active, jlo, jhi, col0,
+                                         tile_k, tile_v);
+  if (active) stats[(e.o_start + i) * heads + h] = make_float4(st.m, st.inv, st.dot, 0.0f);
+}
+
+// dQ = scale · quant(dS) · K, one thread per query row; PMA (no tile list) sums the examples
+// in order for its shared seeds.
+template <int DH, int ACT, int MX, typename GT>
+__device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, long long batch,
+                                                 const float *__restrict__ qh,
+                                                 const float *__restrict__ kh,
+                                                 const float *__restrict__ vh,
+                                                 const float *__restrict__ doh,
+                                                 const float *__restrict__ kr, const AttnRows &r,
+                                                 double inv_norm, const int *__restrict__ tiles) {
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTNQ_ROWS * DH,
+        *tile_kr = tile_v + ATTNQ_ROWS * DH;
+  const int heads = r.d / DH;
+  int b_first, b_end, i0, h;
+  if (!tiles) {  // PMA
+    b_first = 0, b_end = (int)batch;
+    i0 = (int)(blockIdx.x / heads) * ATTNQ_ROWS, h = (int)(blockIdx.x % heads);
+  } else {
+    const int *tile = tiles + 3 * blockIdx.x;
+    b_first = tile[0], b_end = tile[0] + 1, i0 = tile[1], h = tile[2];
+  }
+  const int col0 = h * DH, i = i0 + threadIdx.x;
+  float acc[DH];
+  for (int c = 0; c < DH; c++) acc[c] = 0.0f;
+  long long q_start = 0;
+  int q_len = 0;
+  for (int b = b_first; b < b_end; b++) {
+    const AttnExample e = attn_example(r, b);
+    q_start = e.q_start, q_len = e.q_len;
+    if (i0 >= e.q_len) continue;
+    const bool active = i < e.q_len;
+    const int nq = e.q_len - i0 < ATTNQ_ROWS ? e.q_len - i0 : ATTNQ_ROWS;
+    int jlo, jhi;
+    attn_key_range(r, i0, i0 + nq, e.kv_len, &jlo, &jhi);
+    float qr[DH], dor[DH];
+    for (int c = 0; c < DH; c++) {
+      qr[c] = active ? qh[(e.q_start + i) * r.d + col0 + c] : 0.0f;
+      dor[c] = active ? doh[(e.o_start + i) * r.d + col0 + c] : 0.0f;
+    }
+    AttnqRow st = attnq_row_stats<DH, ACT>(qr, dor, true, kh, vh, r, e, i, active, jlo, jhi, col0,
+                                           tile_k, tile_v);
+    float row_scale = 1.0f;
+    if (!MX) {  // fp8: one scale for the row of dS
+      float amax = 0.0f;
+      for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
+        __syncthreads();
+        attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+        attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
+        __syncthreads();
+        for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
+          if (!attn_visible(r, i, j0 + jj)) continue;
+          float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
+          float dp = attnq_dot<DH>(dor, tile_v + jj * DH);
+          float ds = attnq_grad<ACT>(s, attnq_prob<ACT>(s, st, inv_norm), dp, st, inv_norm);
+          amax = fmaxf(amax, attnq_finite_abs(ds));
+        }
+      }
+      row_scale = attnq_fp8_scale(amax);
+    }
+    for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
+      __syncthreads();
+      attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+      attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
+      attn_stage_rows<DH>(tile_kr, kr, e.kv_start, j0, e.kv_len, r.d, col0);
+      __syncthreads();
+      if (!active) continue;
+      for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
+        float ds[ATTNQ_BLOCK];
+        for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
+          int j = j0 + half + jj;
+          ds[jj] = 0.0f;
+          if (j < jhi && attn_visible(r, i, j)) {
+            float s = attnq_dot<DH>(qr, tile_k + (half + jj) * DH) * r.scale;
+            float dp = attnq_dot<DH>(dor, tile_v + (half + jj) * DH);
+            ds[jj] = attnq_grad<ACT>(s, attnq_prob<ACT>(s, st, inv_norm), dp, st, inv_norm);
+          }
+        }
+        if (MX) attnq_mx_block(ds, ATTNQ_BLOCK, 1);
+        for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
+          float q = MX ? ds[jj] : attnq_fp8(ds[jj], row_scale);
+          if (q == 0.0f) continue;
+          const float *kj = tile_kr + (half + jj) * DH;
+          for (int c = 0; c < DH; c++) acc[c] += q * kj[c];
+        }
+      }
+    }
+  }
+  if (i >= q_len) return;
+  for (int c = 0; c < DH; c++) attn_store1(dq + (q_start + i) * r.d + col0 + c, acc[c] * r.scale);
+}
+
+// dK = scale · quant(dS)ᵀ · Q and dV = quant(P)ᵀ · dO, one thread per key row of a 64-row key
+// tile; the columns of P and dS run down the query rows (mxfp8 blocks of 32 from the first).
+// Softmax reads the rows' statistics from attnq_backward_stats.
+template <int DH, int ACT, int MX, typename GT>
+__device__ __forceinline__ void attnq_backward_kv(GT *__restrict__ dk, GT *__restrict__ dv,
+                                                  const float *__restrict__ qh,
+                                                  const float *__restrict__ kh,
+                                                  const float *__restrict__ vh,
+                                                  const float *__restrict__ doh,
+                                                  const float *__restrict__ qr,
+                                                  const float *__restrict__ dor, const AttnRows &r,
+                                                  double inv_norm, const float4 *__restrict__ stats,
+                                                  const int *__restrict__ tiles) {
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  float *tile_q = (float *)attn_smem, *tile_do = tile_q + ATTNQ_ROWS * DH,
+        *tile_qr = tile_do + ATTNQ_ROWS * DH, *tile_dor = tile_qr + ATTNQ_ROWS * DH;
+  AttnqRow *tile_st = (AttnqRow *)(tile_dor + ATTNQ_ROWS * DH);
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], j0 = tile[1], h = tile[2];
+  const AttnExample e = attn_example(r, b);
+  const int col0 = h * DH, heads = r.d / DH, j = j0 + threadIdx.x;
+  const bool active = j < e.kv_len;
+  const int nk = e.kv_len - j0 < ATTNQ_ROWS ? e.kv_len - j0 : ATTNQ_ROWS;
+  int qlo, qhi;
+  attn_query_range(r, j0, j0 + nk, e.q_len, &qlo, &qhi);
+  float kreg[DH], vreg[DH], acc_dk[DH], acc_dv[DH];
+  for (int c = 0; c < DH; c++) {
+    kreg[c] = active ? kh[(e.kv_start + j) * r.d + col0 + c] : 0.0f;
+    vreg[c] = active ? vh[(e.kv_start + j) * r.d + col0 + c] : 0.0f;
+    acc_dk[c] = acc_dv[c] = 0.0f;
+  }
+  // Stages query rows [i0, i0 + 64): Q and dO along dh, their statistics, and (when `all`)
+  // the rows-quantized Q and dO.
+  auto stage = [&](int i0, bool all) {
+    __syncthreads();
+    attn_stage_rows<DH>(tile_q, qh, e.q_start, i0, e.q_len, r.d, col0);
+    attn_stage_rows<DH>(tile_do, doh, e.o_start, i0, e.q_len, r.d, col0);
+    if (all) {
+      attn_stage_rows<DH>(tile_qr, qr, e.q_start, i0, e.q_len, r.d, col0);
+      attn_stage_rows<DH>(tile_dor, dor, e.o_start, i0, e.q_len, r.d, col0);
+    }
+    if (ACT == ATTN_ACT_SOFTMAX) {
+      int ii = i0 + threadIdx.x;
+      float4 s = ii < e.q_len ? stats[(e.o_start + ii) * heads + h] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      tile_st[threadIdx.x] = AttnqRow{s.x, s.y, s.z};
+    }
+    __syncthreads();
+  };
+  // P and dS of query row i0 + ii (staged) with this thread's key.
+  auto pair = [&](int ii, float *p, float *ds) {
+    float s = attnq_dot<DH>(tile_q + ii * DH, kreg) * r.scale;
+    float dp = attnq_dot<DH>(tile_do + ii * DH, vreg);
+    AttnqRow st = ACT == ATTN_ACT_SOFTMAX ? tile_st[ii] : AttnqRow{0.0f, 0.0f, 0.0f};
+    *p = attnq_prob<ACT>(s, st, inv_norm);
+    *ds = attnq_grad<ACT>(s, *p, dp, st, inv_norm);
+  };
+  float p_scale = 1.0f, ds_scale = 1.0f;
+  if (!MX) {  // fp8: one scale per column of P and of dS
+    float pmax = 0.0f, dmax = 0.0f;
+    for (int i0 = qlo; i0 < qhi; i0 += ATTNQ_ROWS) {
+      stage(i0, false);
+      for (int ii = 0; active && ii < ATTNQ_ROWS && i0 + ii < qhi; ii++) {
+        if (!attn_visible(r, i0 + ii, j)) continue;
+        float p, ds;
+        pair(ii, &p, &ds);
+        pmax = fmaxf(pmax, attnq_finite_abs(p));
+        dmax = fmaxf(dmax, attnq_finite_abs(ds));
+      }
+    }
+    p_scale = attnq_fp8_scale(pmax);
+    ds_scale = attnq_fp8_scale(dmax);
+  }
+  for (int i0 = qlo; i0 < qhi; i0 += ATTNQ_ROWS) {
+    stage(i0, true);
+    if (!active) continue;
+    for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
+      float p[ATTNQ_BLOCK], ds[ATTNQ_BLOCK];
+      for (int ii = 0; ii < ATTNQ_BLOCK; ii++) {
+        int i = i0 + half + ii;
+        p[ii] = ds[ii] = 0.0f;
+        if (i < qhi && attn_visible(r, i, j)) pair(half + ii, &p[ii], &ds[ii]);
+      }
+      if (MX) {
+        attnq_mx_block(p, ATTNQ_BLOCK, 1);
+        attnq_mx_block(ds, ATTNQ_BLOCK, 1);
+      }
+      for (int ii = 0; ii < ATTNQ_BLOCK; ii++) {
+        float pq = MX ? p[ii] : attnq_fp8(p[ii], p_scale);
+        float dq = MX ? ds[ii] : attnq_fp8(ds[ii], ds_scale);
+        const float *qi = tile_qr + (half + ii) * DH, *doi = tile_dor + (half + ii) * DH;
+        if (pq != 0.0f)
+          for (int c = 0; c < DH; c++) acc_dv[c] += pq * doi[c];
+        if (dq != 0.0f)
+          for (int c = 0; c < DH; c++) acc_dk[c] += dq * qi[c];
+      }
+    }
+  }
+  if (!active) return;
+  const long long at = (e.kv_start + j) * r.d + col0;
+  for (int c = 0; c < DH; c++) {
+    if (dk) attn_store1(dk + at + c, acc_dk[c] * r.scale);
+    if (dv) attn_store1(dv + at + c, acc_dv[c]);
+  }
+}
+
+#endif
