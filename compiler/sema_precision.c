@@ -31,8 +31,8 @@ DType sema_default_precision(const Sema *S, bool has_matmul) {
 void sema_note_mxfp8(Sema *S, Loc loc) {
   if (S->mxfp8_noted || strcmp(S->ir->target, "sm_90a") != 0) return;
   S->mxfp8_noted = true;
-  diag_note(S->d, loc, "mxfp8 on sm_90a is emulated: FP8 MMA per 32-wide K block with E8M0 "
-            "scales applied in fp32");
+  diag_note(S->d, loc, "mxfp8 on sm_90a is emulated: operands are quantized to E4M3 with E8M0 "
+            "block scales, then multiplied in bf16 or fp32 with the same numerics");
 }
 
 // --- @schedule --------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // gpu_exec.c: runs a Plan on the GPU (gpu_exec.h): buffers, staging of batches on a copy
 // stream, launch of kernels, GEMMs and memsets with their symbolic sizes evaluated per batch,
-// CUDA graphs per batch shape, and read-back of the loss and the task probabilities.
+// CUDA graphs per batch shape, read-back of the loss and the task probabilities, and the
+// copies of parameters and optimizer state to and from the host (checkpoints).
 #include "gpu_exec.h"
 
 #include <inttypes.h>

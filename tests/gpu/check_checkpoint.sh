@@ -9,8 +9,8 @@
 #      do the per-step losses of the reports;
 #   3. across backends: a GPU checkpoint evaluated on the CPU gives the GPU's held-out loss,
 #      and 3 more steps on the CPU follow 3 more on the GPU closely; a CPU checkpoint resumed
-#      on the GPU follows the straight CPU run closely (tolerances below). (Not bit-exact: the two backends sum
-#      in different orders.)
+#      on the GPU follows the straight CPU run closely (tolerances below; not bit-exact: the
+#      two backends sum in different orders).
 # Evaluation points and the held-out set are given explicitly: their defaults follow --steps.
 # Tolerances across backends (relative): the same parameters evaluated on both (fp32 sums in
 # another order), and losses after a few steps of training apart (AdamW turns last-bit

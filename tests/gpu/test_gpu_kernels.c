@@ -2,7 +2,8 @@
 // none): each check prints PASS or FAIL and the exit status counts the failures.
 //
 //  1. Every launch of the plans of the given models, forward and backward, against the CPU
-//     executor node by node, on fresh random jagged batches: one with an empty sequence and a
+//     executor node by node, each node fed the CPU's values of its inputs, on fresh random
+//     jagged batches: one with an empty sequence and a
 //     length-1 sequence first, lengths that are not multiples of any tile, and one at the max
 //     lengths. Each stored output of each node is compared as ||gpu - cpu|| / ||cpu|| within the
 //     tolerance of the node's precision (fp32 1e-4, bf16/fp16/fp8/mxfp8 2e-2); the loss and the
@@ -189,8 +190,29 @@ static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, DType pr
   return ok;
 }
 
-// Runs the plan's forward and backward launches one node group at a time, comparing each
-// group's stored outputs with the CPU's.
+// Writes the CPU's values of every input of the nodes that launch l covers into the GPU's
+// buffers, so that each node is checked on exactly the CPU's inputs: a small difference
+// upstream (a bf16 rounding that went the other way) cannot grow into a mismatch downstream.
+// Parameters and tables are already the CPU's; batch inputs are the same batch.
+static bool feed_inputs(const Plan *p, GpuExec *g, CpuExec *x, const Launch *l, char *why,
+                        size_t why_size) {
+  const Ir *ir = p->ir;
+  int nodes = l->nfused > 0 ? l->nfused : 1;
+  for (int k = l->node; k >= 0 && k < l->node + nodes && k < ir->nnodes; k++)
+    for (int a = 0; a < ir->nodes[k].nins; a++) {
+      int t = ir->nodes[k].ins[a];
+      if (t < 0) continue;
+      const Tensor *tt = &ir->tensors[t];
+      if (tt->kind != TENSOR_VALUE || tt->layout == LAYOUT_ROWS) continue;
+      const float *v = cpu_exec_data(x, t);
+      if (!v || p->tensor_buffer[t] < 0) continue;
+      if (!gpu_exec_write_tensor(g, t, v, cpu_exec_numel(x, t), why, why_size)) return false;
+    }
+  return true;
+}
+
+// Runs the plan's forward and backward launches one node group at a time, each on the CPU's
+// inputs (feed_inputs), comparing each group's stored outputs with the CPU's.
 static void compare_plan(const Plan *p, GpuExec *g, CpuExec *x, const char *batch_name) {
   const Ir *ir = p->ir;
   int bad = 0, compared = 0;
@@ -203,6 +225,11 @@ static void compare_plan(const Plan *p, GpuExec *g, CpuExec *x, const char *batc
     int j = i + 1;
     while (j < p->nlaunches && !p->launches[j].optimizer && p->launches[j].node == l->node) j++;
     char why[1024];
+    if (!feed_inputs(p, g, x, l, why, sizeof why)) {
+      check(false, "%s: %s: node %d: %s", ir->model, batch_name, l->node, why);
+      bad++;
+      break;
+    }
     if (!gpu_exec_run_range(g, i, j, 1, why, sizeof why)) {
       check(false, "%s: %s: launches %d..%d (node %d): %s", ir->model, batch_name, i, j - 1,
             l->node, why);

@@ -893,8 +893,8 @@ static void test_sema_mxfp8_note_on_sm90a(void **state) {
       "  y = linear(b, 1) @mxfp8;\n"
       "  loss bce(y, click);\n"
       "}\n",
-      13, 22, "mxfp8 on sm_90a is emulated: FP8 MMA per 32-wide K block with E8M0 scales "
-      "applied in fp32",
+      13, 22, "mxfp8 on sm_90a is emulated: operands are quantized to E4M3 with E8M0 block "
+      "scales, then multiplied in bf16 or fp32 with the same numerics",
       0, 0, "");
 }
 
@@ -2177,8 +2177,9 @@ static void test_sema_mxfp8_default(void **state) {
   assert_int_equal(producer("loss.layernorm0")->prec, DT_BF16);
   // One note for the whole model, at the setting that asked for mxfp8.
   assert_int_equal(count_of(R.diags, "note: mxfp8 on sm_90a is emulated"), 1);
-  assert_printed("test.gem:4:13: note: mxfp8 on sm_90a is emulated: FP8 MMA per 32-wide K "
-                 "block with E8M0 scales applied in fp32\n");
+  assert_printed("test.gem:4:13: note: mxfp8 on sm_90a is emulated: operands are quantized "
+                 "to E4M3 with E8M0 block scales, then multiplied in bf16 or fp32 with the same "
+                 "numerics\n");
   release();
 }
 
