@@ -76,6 +76,8 @@ struct Trainer {
   // The cuda backend: the session, whether the next training batch is already uploaded
   // (prefetched while the previous step ran), and each task's labels of the step in flight.
   GpuSession *gpu;
+  Ir gpu_ir;              // the IR the GPU plan is built from: ir with the optimizer overrides
+  Tensor *gpu_tensors;    // gpu_ir's tensors (owned), when overrides are given
   bool gpu_prefetched;
   float **gpu_labels;    // [ntasks][B]
 };
@@ -184,6 +186,36 @@ static void setup_optimizers(Trainer *t) {
   t->dense_optim = dense_override(ir->dense_optim, &t->opt.optim);
 }
 
+static bool has_overrides(const OptimOverrides *v) {
+  return !isnan(v->lr) || !isnan(v->beta1) || !isnan(v->beta2) || !isnan(v->eps) ||
+         !isnan(v->weight_decay) || !isnan(v->table_lr) || !isnan(v->table_eps);
+}
+
+// The GPU compiles each optimizer's hyper-parameters into its kernel, so the plan is built
+// from a copy of the IR whose tensors carry the overridden optimizers. An artifact was
+// compiled with the model's own values, so overrides and --artifact do not go together.
+static const Ir *gpu_plan_ir(Trainer *t, char *err, size_t err_size) {
+  const Ir *ir = t->ir;
+  if (!has_overrides(&t->opt.optim)) return ir;
+  if (t->opt.artifact) {
+    fail(err, err_size, "optimizer overrides (--lr, --table-lr, ...) cannot change an artifact's "
+         "kernels, which have the model's values compiled in: train without --artifact (the "
+         "kernels are then compiled with the overrides), or edit the model and rebuild");
+    return NULL;
+  }
+  t->gpu_ir = *ir;
+  t->gpu_tensors = xcalloc((size_t)ir->ntensors + 1, sizeof *t->gpu_tensors);
+  memcpy(t->gpu_tensors, ir->tensors, (size_t)ir->ntensors * sizeof *t->gpu_tensors);
+  for (int i = 0; i < ir->ntensors; i++) {
+    Tensor *x = &t->gpu_tensors[i];
+    if (x->kind == TENSOR_TABLE) x->optim = table_override(x->optim, &t->opt.optim);
+    else if (x->kind == TENSOR_PARAM) x->optim = dense_override(x->optim, &t->opt.optim);
+  }
+  t->gpu_ir.tensors = t->gpu_tensors;
+  t->gpu_ir.dense_optim = dense_override(ir->dense_optim, &t->opt.optim);
+  return &t->gpu_ir;
+}
+
 static bool setup_tasks(Trainer *t, char *err, size_t err_size) {
   t->ntasks = cpu_exec_ntasks(t->x);
   if (t->ntasks <= 0) return fail(err, err_size, "model %s has no bce task to train", t->ir->model);
@@ -254,7 +286,8 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
   if (ok && o->cuda) {
     GpuSessionOptions go = {.artifact = o->artifact, .model_key = t->key, .max_batch = t->B,
                             .graphs = true, .log = o->gpu_log};
-    t->gpu = gpu_session_open(ir, t->x, &go, err, err_size);
+    const Ir *plan_ir = gpu_plan_ir(t, err, err_size);
+    t->gpu = plan_ir ? gpu_session_open(plan_ir, t->x, &go, err, err_size) : NULL;
     ok = t->gpu != NULL;
     t->gpu_labels = xcalloc((size_t)t->ntasks, sizeof *t->gpu_labels);
     for (int k = 0; ok && k < t->ntasks; k++)
@@ -288,6 +321,7 @@ void trainer_free(Trainer *t) {
   if (t->reader) datafile_close_reader(t->reader);
   if (t->x) cpu_exec_free(t->x);
   gpu_session_close(t->gpu);
+  free(t->gpu_tensors);  // after the session: its plan points into gpu_ir
   for (int k = 0; t->gpu_labels && k < t->ntasks; k++) free(t->gpu_labels[k]);
   free(t->gpu_labels);
   free(t);

@@ -201,6 +201,24 @@ static void test_train_resume_refuses_another_model(void **state) {
   session_close(&other);
 }
 
+// The GPU compiles the optimizers' hyper-parameters into its kernels: an override with an
+// artifact (compiled with the model's values) is refused with the reason, before any GPU use.
+static void test_train_overrides_with_an_artifact_are_refused(void **state) {
+  (void)state;
+  LoadedModel m;
+  assert_true(load_model(&m, tmp_path("micro.gem"), NULL, true, true, false));
+  TrainOptions o;
+  train_options_default(&o);
+  o.cuda = true;
+  o.artifact = tmp_path("micro.gemb");
+  o.optim.lr = 0.01;
+  char err[512] = "";
+  Trainer *t = trainer_new(&m.ir, &o, err, sizeof err);
+  assert_null(t);
+  assert_non_null(strstr(err, "optimizer overrides (--lr, --table-lr, ...) cannot change an artifact"));
+  loaded_model_free(&m);
+}
+
 // A short run on synthetic data lowers the held-out loss, and the training loss falls.
 static void test_train_short_run_lowers_the_loss(void **state) {
   (void)state;
@@ -616,6 +634,7 @@ int main(int argc, char **argv) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_train_resume_is_bit_exact),
       cmocka_unit_test(test_train_resume_refuses_another_model),
+      cmocka_unit_test(test_train_overrides_with_an_artifact_are_refused),
       cmocka_unit_test(test_train_short_run_lowers_the_loss),
       cmocka_unit_test(test_train_progress_plain_and_live),
       cmocka_unit_test(test_train_json_checker_refuses_bad_json),
