@@ -63,7 +63,7 @@ static void print_train_help(FILE *out) {
           "  --report F.json    write the final metrics, the curve and every step's loss\n"
           "  --save DIR         write a checkpoint to DIR/checkpoint.gemc at the end\n"
           "  --save-every N     and every N steps\n"
-          "  --resume DIR       continue from DIR/checkpoint.gemc (bit-exactly on the CPU)\n"
+          "  --resume DIR       continue from DIR/checkpoint.gemc (bit-exactly on the same backend)\n"
           "  --quiet, -q        print errors only\n"
           "  --progress P       auto (a live line on a terminal), live or plain\n"
           "optimizer overrides (the model's values otherwise):\n"
