@@ -6,8 +6,10 @@
 //     jagged batches: one with an empty sequence and a
 //     length-1 sequence first, lengths that are not multiples of any tile, and one at the max
 //     lengths. Each stored output of each node is compared as ||gpu - cpu|| / ||cpu|| within the
-//     tolerance of the node's precision (fp32 1e-4, bf16/fp16/fp8/mxfp8 2e-2); the loss and the
-//     task probabilities through the normal forward path as well.
+//     tolerance of the node's precision (fp32 1e-4, bf16/fp16/fp8/mxfp8 2e-2); in a relu
+//     backward, elements zero on one side only (the pre-activation rounded across 0) are
+//     counted apart, at most 1% of them; the loss and the task probabilities through the
+//     normal forward path as well.
 //  2. End to end: gem_tiny trained 200 steps on the GPU and on the CPU from the same seed: the
 //     first loss within 1e-4, and every 20-step mean of the curves within 2% of each other.
 //
@@ -129,8 +131,16 @@ static bool compile_plan(const Plan *p, JitUnit **units, int *nunits, char ***pa
 static double tolerance(DType prec) { return prec == DT_F32 || prec == DT_F64 ? 1e-4 : 2e-2; }
 
 // Compares tensor t on the GPU with the CPU executor's value; returns false on a mismatch.
-static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, DType prec,
+// relu' jumps at 0, so a pre-activation that rounds to the other side of 0 on one backend (a
+// bf16 GEMM summing in another order) zeroes a gradient element there and not here: a relu
+// backward may have a few such mask flips (one side exactly 0), left out of the error norm.
+static bool relu_backward(const Node *n) {
+  return (n->op == OP_ACT_BWD || n->op == OP_LINEAR_ACT_BWD) && node_act(n) == ACT_RELU;
+}
+
+static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, const Node *node,
                            const char *what) {
+  DType prec = node->prec;
   const Tensor *tt = &ir->tensors[t];
   const float *want = NULL;
   int64_t n = 0, want_rows = 0;
@@ -168,11 +178,15 @@ static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, DType pr
       return false;
     }
   double diff = 0, norm = 0, max_abs = 0;
-  int64_t worst = 0;
-  bool finite = true;
+  int64_t worst = 0, flips = 0;
+  bool finite = true, kinks = relu_backward(node);
   for (int64_t i = 0; i < n; i++) {
     double d = (double)got[i] - (double)want[i];
     finite = finite && isfinite(got[i]);
+    if (kinks && d != 0 && (got[i] == 0 || want[i] == 0)) {
+      flips++;
+      continue;
+    }
     diff += d * d;
     norm += (double)want[i] * want[i];
     if (fabs(d) > max_abs) max_abs = fabs(d), worst = i;
@@ -180,7 +194,11 @@ static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, DType pr
   double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
   // A node computed in fp32 but stored in bf16 (bce_bwd of a bf16 logit) rounds like bf16.
   double tol = fmax(tolerance(prec), tolerance(tt->dtype));
-  ok = finite && (rel <= tol || (norm == 0 && max_abs <= 1e-6));
+  int64_t max_flips = n / 100 > 2 ? n / 100 : 2;
+  ok = finite && (rel <= tol || (norm == 0 && max_abs <= 1e-6)) && flips <= max_flips;
+  if (flips > 0)
+    printf("     %s: %s: %" PRId64 " relu mask flip(s) of %" PRId64 " values (at most %" PRId64
+           " allowed)\n", ir->model, tt->name, flips, n, max_flips);
   if (!ok)
     check(false, "%s: %s: %s (%s, %" PRId64 " values): relative error %.3g > %.0e; worst at %"
           PRId64 ": gpu %.6g cpu %.6g", ir->model, what, tt->name, dtype_name(tt->dtype), n,
@@ -244,7 +262,7 @@ static void compare_plan(const Plan *p, GpuExec *g, CpuExec *x, const char *batc
                op_name(ir->nodes[k].op), l->kind == LAUNCH_KERNEL ? l->kernel
                                          : l->kind == LAUNCH_GEMM ? "cuBLASLt" : "memset");
       compared++;
-      if (!compare_tensor(g, x, ir, t, ir->nodes[k].prec, what)) bad++;
+      if (!compare_tensor(g, x, ir, t, &ir->nodes[k], what)) bad++;
     }
     i = j;
   }
