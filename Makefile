@@ -145,9 +145,9 @@ test: deps
 # backends, and compute-sanitizer's memcheck on a small model (tests/gpu/run.sh).
 GPU_TEST := $(BUILD)/tests/gpu/test_gpu_kernels
 
-$(GPU_TEST): tests/gpu/test_gpu_kernels.c $(BUILD)/libgemc.a $(HEADERS)
+$(GPU_TEST): tests/gpu/test_gpu_kernels.c tests/gpu/gpu_check.h $(BUILD)/libgemc.a $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
 
 GDPA_TEST := $(BUILD)/gpu/test_gdpa
 
@@ -159,7 +159,7 @@ $(GDPA_TEST): tests/gpu/test_gdpa.c tests/gpu/gdpa_cases.h $(BUILD)/libgemc.a $(
 GPU_EXTRA_SRCS := $(filter-out tests/gpu/test_gpu_kernels.c tests/gpu/test_gdpa.c,$(wildcard tests/gpu/test_*.c))
 GPU_EXTRA_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_EXTRA_SRCS))
 
-$(GPU_EXTRA_TESTS): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libgemc.a $(HEADERS)
+$(GPU_EXTRA_TESTS): $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_check.h $(BUILD)/libgemc.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
 

@@ -212,6 +212,21 @@ __device__ __forceinline__ bool attn_visible(const AttnRows &r, int i, int j) {
   return true;
 }
 
+// The work of one dQ block: from the tile list, one (example, tile of `rows` query rows, head);
+// without one (PMA, whose seeds every example shares), block x is (seed tile, head) and the
+// block sums examples [0, batch) in order.
+__device__ __forceinline__ void attn_query_block(const int *tiles, long long batch, int rows,
+                                                 int heads, int *b_first, int *b_end, int *i0,
+                                                 int *h) {
+  if (!tiles) {
+    *b_first = 0, *b_end = (int)batch;
+    *i0 = (int)(blockIdx.x / heads) * rows, *h = (int)(blockIdx.x % heads);
+  } else {
+    const int *tile = tiles + 3 * blockIdx.x;
+    *b_first = tile[0], *b_end = tile[0] + 1, *i0 = tile[1], *h = tile[2];
+  }
+}
+
 // The keys [*lo, *hi) that query rows [i0, i1) can see, lo rounded down to a key tile.
 __device__ __forceinline__ void attn_key_range(const AttnRows &r, int i0, int i1, int lk, int *lo,
                                                int *hi) {

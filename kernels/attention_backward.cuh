@@ -35,6 +35,54 @@ __device__ __forceinline__ void attn_grad_element(const AttnRows &r, float s, fl
   }
 }
 
+// The double buffering both kernels use for the side they loop over: before tile `it` is
+// used, start loading tile it + 1 of x and y (rows from `next`) into the other stage and wait
+// for tile it; the last tile just waits.
+template <int TILE, int DH, int THREADS, typename TX, typename TY>
+__device__ __forceinline__ void attn_prefetch_pair(attn_bf16 *tile_x, const TX *x, long long x_start,
+                                                   attn_bf16 *tile_y, const TY *y, long long y_start,
+                                                   int len, int it, int count, int next,
+                                                   const AttnRows &r, int col0) {
+  if (it + 1 < count) {
+    const int stage = (it + 1) & 1;
+    attn_load_tile<TILE, DH, THREADS>(tile_x + stage * TILE * DH, x, x_start, next, len, r.d, col0);
+    attn_load_tile<TILE, DH, THREADS>(tile_y + stage * TILE * DH, y, y_start, next, len, r.d, col0);
+    attn_cp_async_commit();
+    attn_cp_async_wait<1>();
+  } else {
+    attn_cp_async_wait<0>();
+  }
+  __syncthreads();
+}
+
+// s = A1·B1ᵀ and dp = A2·B2ᵀ for this warp's 16 rows of A1 and A2 (resident tiles) against the
+// TILE rows of B1 and B2 (the staged tiles): S and dP (or their transposes) of one tile pair.
+template <int DH, int SCORE_BLOCKS>
+__device__ __forceinline__ void attn_two_products(float (*s)[4], float (*dp)[4], const attn_bf16 *a1,
+                                                  const attn_bf16 *a2, const attn_bf16 *b1,
+                                                  const attn_bf16 *b2, int warp) {
+#pragma unroll
+  for (int n = 0; n < SCORE_BLOCKS; n++)
+#pragma unroll
+    for (int c = 0; c < 4; c++) s[n][c] = dp[n][c] = 0.0f;
+#pragma unroll
+  for (int kk = 0; kk < DH / 16; kk++) {
+    unsigned frag_a1[4], frag_a2[4];
+    attn_load_a<DH>(frag_a1, a1, warp * 16, kk * 16);
+    attn_load_a<DH>(frag_a2, a2, warp * 16, kk * 16);
+#pragma unroll
+    for (int n2 = 0; n2 < SCORE_BLOCKS / 2; n2++) {
+      unsigned frag[4];
+      attn_load_bt<DH>(frag, b1, n2 * 16, kk * 16);
+      attn_mma(s[2 * n2], frag_a1, frag);
+      attn_mma(s[2 * n2 + 1], frag_a1, frag + 2);
+      attn_load_bt<DH>(frag, b2, n2 * 16, kk * 16);
+      attn_mma(dp[2 * n2], frag_a2, frag);
+      attn_mma(dp[2 * n2 + 1], frag_a2, frag + 2);
+    }
+  }
+}
+
 template <int DH, int ACT, typename QT, typename GT>
 __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__restrict__ dv,
                                                  const QT *__restrict__ q,
@@ -43,7 +91,7 @@ __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__rest
                                                  const attn_bf16 *__restrict__ dout,
                                                  const AttnRows &r, const int *__restrict__ tiles,
                                                  const float *__restrict__ stats) {
-  enum { TILE = ATTN_TILE_BWD, THREADS = 128, KSTEPS = DH / 16, SCORE_BLOCKS = TILE / 8,
+  enum { TILE = ATTN_TILE_BWD, THREADS = 128, SCORE_BLOCKS = TILE / 8,
          OUT_BLOCKS = DH / 8 };
   extern __shared__ __align__(128) unsigned char attn_smem[];
   attn_bf16 *tile_k = (attn_bf16 *)attn_smem;
@@ -78,43 +126,14 @@ __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__rest
 
   for (int it = 0; it < nqt; it++) {
     const int i0 = qlo + it * TILE;
-    if (it + 1 < nqt) {
-      const int stage = (it + 1) & 1;
-      attn_load_tile<TILE, DH, THREADS>(tile_q + stage * TILE * DH, q, e.q_start, i0 + TILE,
-                                        e.q_len, r.d, col0);
-      attn_load_tile<TILE, DH, THREADS>(tile_do + stage * TILE * DH, dout, e.o_start, i0 + TILE,
-                                        e.q_len, r.d, col0);
-      attn_cp_async_commit();
-      attn_cp_async_wait<1>();
-    } else {
-      attn_cp_async_wait<0>();
-    }
-    __syncthreads();
+    attn_prefetch_pair<TILE, DH, THREADS>(tile_q, q, e.q_start, tile_do, dout, e.o_start, e.q_len,
+                                          it, nqt, i0 + TILE, r, col0);
     const attn_bf16 *stage_q = tile_q + (it & 1) * TILE * DH;
     const attn_bf16 *stage_do = tile_do + (it & 1) * TILE * DH;
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warp's 16 keys and the tile's queries.
     float s[SCORE_BLOCKS][4], dp[SCORE_BLOCKS][4];
-#pragma unroll
-    for (int n = 0; n < SCORE_BLOCKS; n++)
-#pragma unroll
-      for (int c = 0; c < 4; c++) s[n][c] = dp[n][c] = 0.0f;
-#pragma unroll
-    for (int kk = 0; kk < KSTEPS; kk++) {
-      unsigned frag_k[4], frag_v[4];
-      attn_load_a<DH>(frag_k, tile_k, warp * 16, kk * 16);
-      attn_load_a<DH>(frag_v, tile_v, warp * 16, kk * 16);
-#pragma unroll
-      for (int n2 = 0; n2 < SCORE_BLOCKS / 2; n2++) {
-        unsigned frag[4];
-        attn_load_bt<DH>(frag, stage_q, n2 * 16, kk * 16);
-        attn_mma(s[2 * n2], frag_k, frag);
-        attn_mma(s[2 * n2 + 1], frag_k, frag + 2);
-        attn_load_bt<DH>(frag, stage_do, n2 * 16, kk * 16);
-        attn_mma(dp[2 * n2], frag_v, frag);
-        attn_mma(dp[2 * n2 + 1], frag_v, frag + 2);
-      }
-    }
+    attn_two_products<DH, SCORE_BLOCKS>(s, dp, tile_k, tile_v, stage_q, stage_do, warp);
 
     // Pᵀ into s, dSᵀ into dp.
 #pragma unroll
@@ -177,7 +196,7 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long b
                                                 const attn_bf16 *__restrict__ dout,
                                                 const AttnRows &r, const int *__restrict__ tiles,
                                                 const float *__restrict__ stats) {
-  enum { TILE = ATTN_TILE_BWD, THREADS = 128, KSTEPS = DH / 16, SCORE_BLOCKS = TILE / 8,
+  enum { TILE = ATTN_TILE_BWD, THREADS = 128, SCORE_BLOCKS = TILE / 8,
          OUT_BLOCKS = DH / 8 };
   extern __shared__ __align__(128) unsigned char attn_smem[];
   attn_bf16 *tile_q = (attn_bf16 *)attn_smem;
@@ -188,14 +207,8 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long b
   // One tile of the list, or (no list: PMA) one (seed tile, head) summed over every example
   // in example order, so the seeds' gradient needs no atomics and no second pass.
   const int heads = r.d / DH;
-  int b_first, b_end, i0, h;
-  if (!tiles) {  // PMA
-    b_first = 0, b_end = (int)batch;
-    i0 = (int)(blockIdx.x / heads) * TILE, h = (int)(blockIdx.x % heads);
-  } else {
-    const int *tile = tiles + 3 * blockIdx.x;
-    b_first = tile[0], b_end = tile[0] + 1, i0 = tile[1], h = tile[2];
-  }
+  int b_first, b_end, i0, h;  // PMA (no tile list): every example, in order
+  attn_query_block(tiles, batch, TILE, heads, &b_first, &b_end, &i0, &h);
   const int col0 = h * DH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
@@ -229,42 +242,14 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long b
 
     for (int it = 0; it < nkv; it++) {
       const int j0 = jlo + it * TILE;
-      if (it + 1 < nkv) {
-        const int stage = (it + 1) & 1;
-        attn_load_tile<TILE, DH, THREADS>(tile_k + stage * TILE * DH, k, e.kv_start, j0 + TILE,
-                                          e.kv_len, r.d, col0);
-        attn_load_tile<TILE, DH, THREADS>(tile_v + stage * TILE * DH, v, e.kv_start, j0 + TILE,
-                                          e.kv_len, r.d, col0);
-        attn_cp_async_commit();
-        attn_cp_async_wait<1>();
-      } else {
-        attn_cp_async_wait<0>();
-      }
-      __syncthreads();
+      attn_prefetch_pair<TILE, DH, THREADS>(tile_k, k, e.kv_start, tile_v, v, e.kv_start, e.kv_len,
+                                            it, nkv, j0 + TILE, r, col0);
       const attn_bf16 *stage_k = tile_k + (it & 1) * TILE * DH;
       const attn_bf16 *stage_v = tile_v + (it & 1) * TILE * DH;
 
+      // S = Q·Kᵀ and dP = dO·Vᵀ for this warp's 16 queries and the tile's keys.
       float s[SCORE_BLOCKS][4], dp[SCORE_BLOCKS][4];
-#pragma unroll
-      for (int n = 0; n < SCORE_BLOCKS; n++)
-#pragma unroll
-        for (int c = 0; c < 4; c++) s[n][c] = dp[n][c] = 0.0f;
-#pragma unroll
-      for (int kk = 0; kk < KSTEPS; kk++) {
-        unsigned frag_q[4], frag_do[4];
-        attn_load_a<DH>(frag_q, tile_q, warp * 16, kk * 16);
-        attn_load_a<DH>(frag_do, tile_do, warp * 16, kk * 16);
-#pragma unroll
-        for (int n2 = 0; n2 < SCORE_BLOCKS / 2; n2++) {
-          unsigned frag[4];
-          attn_load_bt<DH>(frag, stage_k, n2 * 16, kk * 16);
-          attn_mma(s[2 * n2], frag_q, frag);
-          attn_mma(s[2 * n2 + 1], frag_q, frag + 2);
-          attn_load_bt<DH>(frag, stage_v, n2 * 16, kk * 16);
-          attn_mma(dp[2 * n2], frag_do, frag);
-          attn_mma(dp[2 * n2 + 1], frag_do, frag + 2);
-        }
-      }
+      attn_two_products<DH, SCORE_BLOCKS>(s, dp, tile_q, tile_do, stage_k, stage_v, warp);
 #pragma unroll
       for (int n = 0; n < SCORE_BLOCKS; n++)
 #pragma unroll

@@ -165,9 +165,73 @@ __device__ __forceinline__ float attnq_grad(float s, float p, float dp, const At
   return (float)((double)dp * attnq_act_grad<ACT>((double)s) * inv_norm);
 }
 
-// The softmax statistics of query row `qrow` (its features in registers; dor: dO's, used only
-// when with_dot) over keys [jlo, jhi), staging K (and V) through shared memory. Every thread
-// of the block calls it (it synchronizes); inactive threads pass active = false.
+// P and dS of one (query, key) pair from the query's and the key's features along the heads.
+template <int DH, int ACT>
+__device__ __forceinline__ void attnq_pair(const float *q, const float *dout, const float *k,
+                                           const float *v, const AttnRows &r, const AttnqRow &st,
+                                           double inv_norm, float *p, float *ds) {
+  float s = attnq_dot<DH>(q, k) * r.scale;
+  *p = attnq_prob<ACT>(s, st, inv_norm);
+  *ds = attnq_grad<ACT>(s, *p, attnq_dot<DH>(dout, v), st, inv_norm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sweeps. A thread owns one row (a query, or a key for dK/dV) and goes over the other side's
+// rows [lo, hi), 64 at a time: every thread of the block calls a sweep (it synchronizes around
+// stage(x0), which fills shared memory with rows [x0, x0 + 64)); seen(x) says whether the
+// thread's row sees row x under the mask.
+
+// visit(xx) for each row x0 + xx the thread's row sees, in order (an inactive thread visits none).
+template <class Stage, class Seen, class Visit>
+__device__ __forceinline__ void attnq_sweep(int lo, int hi, bool active, Stage stage, Seen seen,
+                                            Visit visit) {
+  for (int x0 = lo; x0 < hi; x0 += ATTNQ_ROWS) {
+    __syncthreads();
+    stage(x0);
+    __syncthreads();
+    for (int xx = 0; active && xx < ATTNQ_ROWS && x0 + xx < hi; xx++)
+      if (seen(x0 + xx)) visit(xx);
+  }
+}
+
+// The accumulating sweep of NV quantized vectors (P, or dS, or both): value(xx, v) writes the
+// NV values for a seen row x0 + xx (the others are 0); each block of 32 rows, aligned as the
+// sequence's, is quantized (mxfp8: one E8M0 scale per block and vector; fp8: the vector's
+// fp8_scale[n]); then use(xx, q) gets the NV quantized values of every row.
+template <int NV, int MX, class Stage, class Seen, class Value, class Use>
+__device__ __forceinline__ void attnq_sweep_quantized(int lo, int hi, bool active,
+                                                      const float *fp8_scale, Stage stage,
+                                                      Seen seen, Value value, Use use) {
+  for (int x0 = lo; x0 < hi; x0 += ATTNQ_ROWS) {
+    __syncthreads();
+    stage(x0);
+    __syncthreads();
+    if (!active) continue;
+    for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
+      float v[NV][ATTNQ_BLOCK];
+      for (int xx = 0; xx < ATTNQ_BLOCK; xx++) {
+        float got[NV];
+        for (int n = 0; n < NV; n++) got[n] = 0.0f;
+        int x = x0 + half + xx;
+        if (x < hi && seen(x)) value(half + xx, got);
+        for (int n = 0; n < NV; n++) v[n][xx] = got[n];
+      }
+      for (int n = 0; n < NV; n++) {
+        if (MX) attnq_mx_block(v[n], ATTNQ_BLOCK, 1);
+        else
+          for (int xx = 0; xx < ATTNQ_BLOCK; xx++) v[n][xx] = attnq_fp8(v[n][xx], fp8_scale[n]);
+      }
+      for (int xx = 0; xx < ATTNQ_BLOCK; xx++) {
+        float q[NV];
+        for (int n = 0; n < NV; n++) q[n] = v[n][xx];
+        use(half + xx, q);
+      }
+    }
+  }
+}
+
+// The softmax statistics of query row i (its features in registers; dor: dO's, used only
+// when with_dot) over keys [jlo, jhi), staging K (and V) through shared memory.
 template <int DH, int ACT>
 __device__ __forceinline__ AttnqRow attnq_row_stats(const float *qr, const float *dor, bool with_dot,
                                                     const float *__restrict__ kh,
@@ -176,44 +240,29 @@ __device__ __forceinline__ AttnqRow attnq_row_stats(const float *qr, const float
                                                     int jhi, int col0, float *tile_k, float *tile_v) {
   AttnqRow st = {-ATTN_INF, 0.0f, 0.0f};
   if (ACT != ATTN_ACT_SOFTMAX) return st;
-  bool seen = false;
-  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {  // the max
-    __syncthreads();
-    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
-    __syncthreads();
-    for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
-      if (!attn_visible(r, i, j0 + jj)) continue;
-      float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
-      st.m = !seen || s > st.m ? s : st.m;
-      seen = true;
-    }
-  }
+  auto stage_k = [&](int j0) { attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0); };
+  auto seen = [&](int j) { return attn_visible(r, i, j); };
+  auto score = [&](int jj) { return attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale; };
+  bool any = false;
+  attnq_sweep(jlo, jhi, active, stage_k, seen, [&](int jj) {  // the max
+    float s = score(jj);
+    st.m = !any || s > st.m ? s : st.m;
+    any = true;
+  });
   float sum = 0.0f;
-  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {  // the sum, key by key
-    __syncthreads();
-    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
-    __syncthreads();
-    for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
-      if (!attn_visible(r, i, j0 + jj)) continue;
-      float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
-      sum += (float)exp((double)(s - st.m));
-    }
-  }
-  st.inv = seen ? 1.0f / sum : 0.0f;
+  attnq_sweep(jlo, jhi, active, stage_k, seen,  // the sum, key by key
+              [&](int jj) { sum += (float)exp((double)(score(jj) - st.m)); });
+  st.inv = any ? 1.0f / sum : 0.0f;
   if (!with_dot) return st;
-  float dot = 0.0f;
-  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {  // sum of dP * P
-    __syncthreads();
-    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+  auto stage_kv = [&](int j0) {
+    stage_k(j0);
     attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
-    __syncthreads();
-    for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
-      if (!attn_visible(r, i, j0 + jj)) continue;
-      float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
-      float dp = attnq_dot<DH>(dor, tile_v + jj * DH);
-      dot += dp * attnq_prob<ACT>(s, st, 1.0);
-    }
-  }
+  };
+  float dot = 0.0f;
+  attnq_sweep(jlo, jhi, active, stage_kv, seen, [&](int jj) {  // sum of dP * P
+    float dp = attnq_dot<DH>(dor, tile_v + jj * DH);
+    dot += dp * attnq_prob<ACT>(score(jj), st, 1.0);
+  });
   st.dot = dot;
   return st;
 }
@@ -241,48 +290,30 @@ __device__ __forceinline__ void attnq_forward(OT *__restrict__ out, const float 
     qr[c] = active ? qh[(e.q_start + i) * r.d + col0 + c] : 0.0f;
     acc[c] = 0.0f;
   }
-  AttnqRow st = attnq_row_stats<DH, ACT>(qr, qr, false, kh, kh, r, e, i, active, jlo, jhi, col0,
-                                         tile_k, tile_v);
+  const AttnqRow st = attnq_row_stats<DH, ACT>(qr, qr, false, kh, kh, r, e, i, active, jlo, jhi,
+                                               col0, tile_k, tile_v);
+  auto stage_k = [&](int j0) { attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0); };
+  auto seen = [&](int j) { return attn_visible(r, i, j); };
+  auto prob = [&](int jj) { return attnq_prob<ACT>(attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale, st, inv_norm); };
   float row_scale = 1.0f;
   if (!MX) {  // fp8: one scale for the row of P
     float amax = 0.0f;
-    for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
-      __syncthreads();
-      attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
-      __syncthreads();
-      for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
-        if (!attn_visible(r, i, j0 + jj)) continue;
-        float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
-        amax = fmaxf(amax, attnq_finite_abs(attnq_prob<ACT>(s, st, inv_norm)));
-      }
-    }
+    attnq_sweep(jlo, jhi, active, stage_k, seen,
+                [&](int jj) { amax = fmaxf(amax, attnq_finite_abs(prob(jj))); });
     row_scale = attnq_fp8_scale(amax);
   }
-  for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
-    __syncthreads();
-    attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
-    attn_stage_rows<DH>(tile_v, vr, e.kv_start, j0, e.kv_len, r.d, col0);
-    __syncthreads();
-    if (!active) continue;
-    for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
-      float p[ATTNQ_BLOCK];
-      for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
-        int j = j0 + half + jj;
-        p[jj] = 0.0f;
-        if (j < jhi && attn_visible(r, i, j)) {
-          float s = attnq_dot<DH>(qr, tile_k + (half + jj) * DH) * r.scale;
-          p[jj] = attnq_prob<ACT>(s, st, inv_norm);
-        }
-      }
-      if (MX) attnq_mx_block(p, ATTNQ_BLOCK, 1);
-      for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
-        float pq = MX ? p[jj] : attnq_fp8(p[jj], row_scale);
-        if (pq == 0.0f) continue;
-        const float *vj = tile_v + (half + jj) * DH;
-        for (int c = 0; c < DH; c++) acc[c] += pq * vj[c];
-      }
-    }
-  }
+  attnq_sweep_quantized<1, MX>(
+      jlo, jhi, active, &row_scale,
+      [&](int j0) {
+        stage_k(j0);
+        attn_stage_rows<DH>(tile_v, vr, e.kv_start, j0, e.kv_len, r.d, col0);
+      },
+      seen, [&](int jj, float *p) { p[0] = prob(jj); },
+      [&](int jj, const float *pq) {
+        if (pq[0] == 0.0f) return;
+        const float *vj = tile_v + jj * DH;
+        for (int c = 0; c < DH; c++) acc[c] += pq[0] * vj[c];
+      });
   if (!active) return;
   for (int c = 0; c < DH; c++) attn_store1(out + (e.o_start + i) * r.d + col0 + c, acc[c]);
 }
@@ -337,13 +368,7 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, long long 
         *tile_kr = tile_v + ATTNQ_ROWS * DH;
   const int heads = r.d / DH;
   int b_first, b_end, i0, h;
-  if (!tiles) {  // PMA
-    b_first = 0, b_end = (int)batch;
-    i0 = (int)(blockIdx.x / heads) * ATTNQ_ROWS, h = (int)(blockIdx.x % heads);
-  } else {
-    const int *tile = tiles + 3 * blockIdx.x;
-    b_first = tile[0], b_end = tile[0] + 1, i0 = tile[1], h = tile[2];
-  }
+  attn_query_block(tiles, batch, ATTNQ_ROWS, heads, &b_first, &b_end, &i0, &h);
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;
@@ -362,53 +387,37 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, long long 
       qr[c] = active ? qh[(e.q_start + i) * r.d + col0 + c] : 0.0f;
       dor[c] = active ? doh[(e.o_start + i) * r.d + col0 + c] : 0.0f;
     }
-    AttnqRow st = attnq_row_stats<DH, ACT>(qr, dor, true, kh, vh, r, e, i, active, jlo, jhi, col0,
-                                           tile_k, tile_v);
+    const AttnqRow st = attnq_row_stats<DH, ACT>(qr, dor, true, kh, vh, r, e, i, active, jlo,
+                                                 jhi, col0, tile_k, tile_v);
+    auto stage_kv = [&](int j0) {
+      attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
+      attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
+    };
+    auto seen = [&](int j) { return attn_visible(r, i, j); };
+    auto dscore = [&](int jj) {
+      float p, ds;
+      attnq_pair<DH, ACT>(qr, dor, tile_k + jj * DH, tile_v + jj * DH, r, st, inv_norm, &p, &ds);
+      return ds;
+    };
     float row_scale = 1.0f;
     if (!MX) {  // fp8: one scale for the row of dS
       float amax = 0.0f;
-      for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
-        __syncthreads();
-        attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
-        attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
-        __syncthreads();
-        for (int jj = 0; active && jj < ATTNQ_ROWS && j0 + jj < jhi; jj++) {
-          if (!attn_visible(r, i, j0 + jj)) continue;
-          float s = attnq_dot<DH>(qr, tile_k + jj * DH) * r.scale;
-          float dp = attnq_dot<DH>(dor, tile_v + jj * DH);
-          float ds = attnq_grad<ACT>(s, attnq_prob<ACT>(s, st, inv_norm), dp, st, inv_norm);
-          amax = fmaxf(amax, attnq_finite_abs(ds));
-        }
-      }
+      attnq_sweep(jlo, jhi, active, stage_kv, seen,
+                  [&](int jj) { amax = fmaxf(amax, attnq_finite_abs(dscore(jj))); });
       row_scale = attnq_fp8_scale(amax);
     }
-    for (int j0 = jlo; j0 < jhi; j0 += ATTNQ_ROWS) {
-      __syncthreads();
-      attn_stage_rows<DH>(tile_k, kh, e.kv_start, j0, e.kv_len, r.d, col0);
-      attn_stage_rows<DH>(tile_v, vh, e.kv_start, j0, e.kv_len, r.d, col0);
-      attn_stage_rows<DH>(tile_kr, kr, e.kv_start, j0, e.kv_len, r.d, col0);
-      __syncthreads();
-      if (!active) continue;
-      for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
-        float ds[ATTNQ_BLOCK];
-        for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
-          int j = j0 + half + jj;
-          ds[jj] = 0.0f;
-          if (j < jhi && attn_visible(r, i, j)) {
-            float s = attnq_dot<DH>(qr, tile_k + (half + jj) * DH) * r.scale;
-            float dp = attnq_dot<DH>(dor, tile_v + (half + jj) * DH);
-            ds[jj] = attnq_grad<ACT>(s, attnq_prob<ACT>(s, st, inv_norm), dp, st, inv_norm);
-          }
-        }
-        if (MX) attnq_mx_block(ds, ATTNQ_BLOCK, 1);
-        for (int jj = 0; jj < ATTNQ_BLOCK; jj++) {
-          float q = MX ? ds[jj] : attnq_fp8(ds[jj], row_scale);
-          if (q == 0.0f) continue;
-          const float *kj = tile_kr + (half + jj) * DH;
-          for (int c = 0; c < DH; c++) acc[c] += q * kj[c];
-        }
-      }
-    }
+    attnq_sweep_quantized<1, MX>(
+        jlo, jhi, active, &row_scale,
+        [&](int j0) {
+          stage_kv(j0);
+          attn_stage_rows<DH>(tile_kr, kr, e.kv_start, j0, e.kv_len, r.d, col0);
+        },
+        seen, [&](int jj, float *ds) { ds[0] = dscore(jj); },
+        [&](int jj, const float *dsq) {
+          if (dsq[0] == 0.0f) return;
+          const float *kj = tile_kr + jj * DH;
+          for (int c = 0; c < DH; c++) acc[c] += dsq[0] * kj[c];
+        });
   }
   if (i >= q_len) return;
   for (int c = 0; c < DH; c++) attn_store1(dq + (q_start + i) * r.d + col0 + c, acc[c] * r.scale);
@@ -445,10 +454,9 @@ __device__ __forceinline__ void attnq_backward_kv(GT *__restrict__ dk, GT *__res
     vreg[c] = active ? vh[(e.kv_start + j) * r.d + col0 + c] : 0.0f;
     acc_dk[c] = acc_dv[c] = 0.0f;
   }
-  // Stages query rows [i0, i0 + 64): Q and dO along dh, their statistics, and (when `all`)
+  // Stages query rows [i0, i0 + 64): Q and dO along dh and their statistics, and (when `all`)
   // the rows-quantized Q and dO.
   auto stage = [&](int i0, bool all) {
-    __syncthreads();
     attn_stage_rows<DH>(tile_q, qh, e.q_start, i0, e.q_len, r.d, col0);
     attn_stage_rows<DH>(tile_do, doh, e.o_start, i0, e.q_len, r.d, col0);
     if (all) {
@@ -460,57 +468,35 @@ __device__ __forceinline__ void attnq_backward_kv(GT *__restrict__ dk, GT *__res
       float4 s = ii < e.q_len ? stats[(e.o_start + ii) * heads + h] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       tile_st[threadIdx.x] = AttnqRow{s.x, s.y, s.z};
     }
-    __syncthreads();
   };
-  // P and dS of query row i0 + ii (staged) with this thread's key.
-  auto pair = [&](int ii, float *p, float *ds) {
-    float s = attnq_dot<DH>(tile_q + ii * DH, kreg) * r.scale;
-    float dp = attnq_dot<DH>(tile_do + ii * DH, vreg);
+  auto seen = [&](int i) { return attn_visible(r, i, j); };
+  // P and dS of staged query row ii with this thread's key.
+  auto pair = [&](int ii, float *pds) {
     AttnqRow st = ACT == ATTN_ACT_SOFTMAX ? tile_st[ii] : AttnqRow{0.0f, 0.0f, 0.0f};
-    *p = attnq_prob<ACT>(s, st, inv_norm);
-    *ds = attnq_grad<ACT>(s, *p, dp, st, inv_norm);
+    attnq_pair<DH, ACT>(tile_q + ii * DH, tile_do + ii * DH, kreg, vreg, r, st, inv_norm, &pds[0],
+                        &pds[1]);
   };
-  float p_scale = 1.0f, ds_scale = 1.0f;
-  if (!MX) {  // fp8: one scale per column of P and of dS
+  float scales[2] = {1.0f, 1.0f};  // fp8: one scale per column of P and of dS
+  if (!MX) {
     float pmax = 0.0f, dmax = 0.0f;
-    for (int i0 = qlo; i0 < qhi; i0 += ATTNQ_ROWS) {
-      stage(i0, false);
-      for (int ii = 0; active && ii < ATTNQ_ROWS && i0 + ii < qhi; ii++) {
-        if (!attn_visible(r, i0 + ii, j)) continue;
-        float p, ds;
-        pair(ii, &p, &ds);
-        pmax = fmaxf(pmax, attnq_finite_abs(p));
-        dmax = fmaxf(dmax, attnq_finite_abs(ds));
-      }
-    }
-    p_scale = attnq_fp8_scale(pmax);
-    ds_scale = attnq_fp8_scale(dmax);
+    attnq_sweep(qlo, qhi, active, [&](int i0) { stage(i0, false); }, seen, [&](int ii) {
+      float pds[2];
+      pair(ii, pds);
+      pmax = fmaxf(pmax, attnq_finite_abs(pds[0]));
+      dmax = fmaxf(dmax, attnq_finite_abs(pds[1]));
+    });
+    scales[0] = attnq_fp8_scale(pmax);
+    scales[1] = attnq_fp8_scale(dmax);
   }
-  for (int i0 = qlo; i0 < qhi; i0 += ATTNQ_ROWS) {
-    stage(i0, true);
-    if (!active) continue;
-    for (int half = 0; half < ATTNQ_ROWS; half += ATTNQ_BLOCK) {
-      float p[ATTNQ_BLOCK], ds[ATTNQ_BLOCK];
-      for (int ii = 0; ii < ATTNQ_BLOCK; ii++) {
-        int i = i0 + half + ii;
-        p[ii] = ds[ii] = 0.0f;
-        if (i < qhi && attn_visible(r, i, j)) pair(half + ii, &p[ii], &ds[ii]);
-      }
-      if (MX) {
-        attnq_mx_block(p, ATTNQ_BLOCK, 1);
-        attnq_mx_block(ds, ATTNQ_BLOCK, 1);
-      }
-      for (int ii = 0; ii < ATTNQ_BLOCK; ii++) {
-        float pq = MX ? p[ii] : attnq_fp8(p[ii], p_scale);
-        float dq = MX ? ds[ii] : attnq_fp8(ds[ii], ds_scale);
-        const float *qi = tile_qr + (half + ii) * DH, *doi = tile_dor + (half + ii) * DH;
-        if (pq != 0.0f)
-          for (int c = 0; c < DH; c++) acc_dv[c] += pq * doi[c];
-        if (dq != 0.0f)
-          for (int c = 0; c < DH; c++) acc_dk[c] += dq * qi[c];
-      }
-    }
-  }
+  attnq_sweep_quantized<2, MX>(
+      qlo, qhi, active, scales, [&](int i0) { stage(i0, true); }, seen, pair,
+      [&](int ii, const float *q) {
+        const float *qi = tile_qr + ii * DH, *doi = tile_dor + ii * DH;
+        if (q[0] != 0.0f)
+          for (int c = 0; c < DH; c++) acc_dv[c] += q[0] * doi[c];
+        if (q[1] != 0.0f)
+          for (int c = 0; c < DH; c++) acc_dk[c] += q[1] * qi[c];
+      });
   if (!active) return;
   const long long at = (e.kv_start + j) * r.d + col0;
   for (int c = 0; c < DH; c++) {

@@ -171,14 +171,8 @@ __device__ __forceinline__ void attn_backward_q_simt(GT *__restrict__ dq, long l
   extern __shared__ __align__(16) unsigned char attn_smem[];
   float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTN_SIMT_ROWS * DH;
   const int heads = r.d / DH;
-  int b_first, b_end, i0, h;  // as attn_backward_q: without a tile list, PMA's examples in order
-  if (!tiles) {  // PMA
-    b_first = 0, b_end = (int)batch;
-    i0 = (int)(blockIdx.x / heads) * ATTN_SIMT_ROWS, h = (int)(blockIdx.x % heads);
-  } else {
-    const int *tile = tiles + 3 * blockIdx.x;
-    b_first = tile[0], b_end = tile[0] + 1, i0 = tile[1], h = tile[2];
-  }
+  int b_first, b_end, i0, h;  // PMA (no tile list): every example, in order
+  attn_query_block(tiles, batch, ATTN_SIMT_ROWS, heads, &b_first, &b_end, &i0, &h);
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;

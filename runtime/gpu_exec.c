@@ -966,23 +966,9 @@ bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size
   return true;
 }
 
-bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size) {
-  if (!gpu_optstate_check(g->p, t, s, why, why_size)) return false;
-  const CudaDriver *d = g->d;
-  if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
-    return fail(why, why_size, "%s", cuda_last_error());
-  for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
-    int64_t n = gpu_optstate_numel(g->p, t, slot);
-    if (n <= 0) continue;
-    CUdeviceptr src = g->buffers[g->p->optstate_buffer[2 * t + slot]];
-    if (!CU_CHECK(d->cuMemcpyDtoH(gpu_optstate_host(s, slot), src, (size_t)n * 4)))
-      return fail(why, why_size, "reading optimizer state %d of %s: %s", slot,
-                  g->ir->tensors[t].name, cuda_last_error());
-  }
-  return true;
-}
-
-bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
+// Copies the optimizer state of tensor t between the plan's buffers and s, one slot at a time,
+// on the compute stream, and waits: the host arrays are the caller's.
+static bool transfer_optstate(GpuExec *g, int t, const OptimState *s, bool upload, char *why,
                               size_t why_size) {
   if (!gpu_optstate_check(g->p, t, s, why, why_size)) return false;
   const CudaDriver *d = g->d;
@@ -991,16 +977,26 @@ bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
   for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
     int64_t n = gpu_optstate_numel(g->p, t, slot);
     if (n <= 0) continue;
-    CUdeviceptr dst = g->buffers[g->p->optstate_buffer[2 * t + slot]];
-    if (!CU_CHECK(d->cuMemcpyHtoDAsync(dst, gpu_optstate_host(s, slot), (size_t)n * 4,
-                                       g->compute)))
-      return fail(why, why_size, "writing optimizer state %d of %s: %s", slot,
-                  g->ir->tensors[t].name, cuda_last_error());
+    CUdeviceptr dev = g->buffers[g->p->optstate_buffer[2 * t + slot]];
+    void *host = gpu_optstate_host(s, slot);
+    bool ok = upload ? CU_CHECK(d->cuMemcpyHtoDAsync(dev, host, (size_t)n * 4, g->compute))
+                     : CU_CHECK(d->cuMemcpyDtoHAsync(host, dev, (size_t)n * 4, g->compute));
+    if (!ok)
+      return fail(why, why_size, "%s optimizer state %d of %s: %s", upload ? "writing" : "reading",
+                  slot, g->ir->tensors[t].name, cuda_last_error());
   }
-  // The host arrays are the caller's: the copies finish before this returns.
   return CU_CHECK(d->cuStreamSynchronize(g->compute)) ||
-         fail(why, why_size, "writing the optimizer state of %s: %s", g->ir->tensors[t].name,
-              cuda_last_error());
+         fail(why, why_size, "%s the optimizer state of %s: %s", upload ? "writing" : "reading",
+              g->ir->tensors[t].name, cuda_last_error());
+}
+
+bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size) {
+  return transfer_optstate(g, t, s, false, why, why_size);
+}
+
+bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
+                              size_t why_size) {
+  return transfer_optstate(g, t, s, true, why, why_size);
 }
 
 int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }

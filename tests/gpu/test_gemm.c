@@ -20,7 +20,6 @@
 //
 // usage: test_gemm   (GEMC_CACHE_DIR: the cubin cache, optional)
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,21 +28,8 @@
 #include "gemm_kernel.h"
 #include "jit_cache.h"
 #include "nvrtc_compile.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "PASS" : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  g_checks++;
-  if (!ok) g_failures++;
-  fflush(stdout);
-}
 
 typedef struct Case {
   int64_t m, n, k;
@@ -250,6 +236,6 @@ int main(void) {
   free(cubin);
   for (int i = 0; i < NUM_CASES; i++) run_case(i, module, ctx.sm_count);
   cuda_driver()->cuModuleUnload(module);
-  printf("%d of %d GEMM checks passed\n", g_checks - g_failures, g_checks);
-  return g_failures ? 1 : 0;
+  printf("%d of %d GEMM checks passed\n", gpu_check_count - gpu_check_failures, gpu_check_count);
+  return gpu_check_failures ? 1 : 0;
 }

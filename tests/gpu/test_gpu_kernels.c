@@ -16,7 +16,6 @@
 // usage: test_gpu_kernels [--batch B] [--e2e MODEL [--steps N] [--e2e-batch B]] MODEL...
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,21 +29,8 @@
 #include "nvrtc_compile.h"
 #include "plan.h"
 #include "train.h"
+#include "gpu_check.h"
 
-static int g_failures, g_checks;
-
-static void check(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void check(bool ok, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  printf("%s ", ok ? "PASS" : "FAIL");
-  vprintf(fmt, ap);
-  printf("\n");
-  va_end(ap);
-  g_checks++;
-  if (!ok) g_failures++;
-  fflush(stdout);
-}
 
 // --- random batches ---------------------------------------------------------------------
 
@@ -429,6 +415,6 @@ int main(int argc, char **argv) {
   }
   for (int i = first_model; i < argc; i++) test_model(argv[i], B);
   if (e2e) test_end_to_end(e2e, steps, e2e_batch);
-  printf("\n%d checks, %d failed\n", g_checks, g_failures);
-  return g_failures ? 1 : 0;
+  printf("\n%d checks, %d failed\n", gpu_check_count, gpu_check_failures);
+  return gpu_check_failures ? 1 : 0;
 }
