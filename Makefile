@@ -108,7 +108,7 @@ $(BUILD)/gemc: $(BUILD)/obj/compiler/main.o $(BUILD)/libgemc.a
 	$(CC) $(CFLAGS_GEMC) -o $@ $^ $(LDLIBS_GEMC)
 
 # --- tests ------------------------------------------------------------------------------
-$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libgemc.a $(HEADERS)
+$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libgemc.a $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_GEMC) -Wno-missing-prototypes -o $@ $< $(BUILD)/libgemc.a -lcmocka $(LDLIBS_GEMC)
 

@@ -11,6 +11,17 @@
 #include "passes.h"    // defines: passes_run
 #include "sema.h"      // defines: sema_lower
 
+bool front_end(const SourceFile *src, Arena *arena, Diag *d, const FrontEnd *fe, Model **ast,
+               Ir *ir) {
+  *ast = parse_model(src, arena, d);
+  if (!*ast || d->errors > 0) return false;
+  if (fe->parse_only) return true;
+  if (!sema_lower(*ast, fe->arch, d, ir) || d->errors > 0) return false;
+  if (!passes_run(ir, d, fe->dump_after, fe->dump_after ? fe->dump_out : NULL) || d->errors > 0)
+    return false;
+  return !fe->with_grad || (autodiff(ir, d) && d->errors == 0);
+}
+
 bool load_model(LoadedModel *m, const char *path, const char *arch, bool with_grad, bool quiet,
                 bool werror) {
   memset(m, 0, sizeof *m);
@@ -21,10 +32,9 @@ bool load_model(LoadedModel *m, const char *path, const char *arch, bool with_gr
   d.warnings_are_errors = werror;
 
   ir_init(&m->ir, &m->arena);
-  Model *ast = parse_model(&m->src, &m->arena, &d);
-  bool ok = ast && d.errors == 0;
-  ok = ok && sema_lower(ast, arch, &d, &m->ir) && d.errors == 0;
-  ok = ok && passes_run(&m->ir, &d, NULL, NULL) && d.errors == 0;
+  Model *ast = NULL;
+  FrontEnd fe = {.arch = arch};
+  bool ok = front_end(&m->src, &m->arena, &d, &fe, &ast, &m->ir);
   if (ok && with_grad && m->ir.loss < 0) {
     fprintf(stderr, "gemc: error: %s: model %s has no loss, so there is nothing to train\n",
             path, m->ir.model);

@@ -10,15 +10,12 @@
 
 #include "arena.h"          // defines: Arena, arena_free
 #include "ast.h"            // defines: Model, ast_print
-#include "autodiff.h"       // defines: autodiff
 #include "cli.h"            // defines: CliOptions, cli_parse, cli_print_help
 #include "commands.h"       // defines: cmd_train, cmd_data
 #include "diag.h"           // defines: Diag, SourceFile, source_read
 #include "internal_error.h" // defines: GEMC_EXIT_*, GEMC_ASSERT
 #include "ir.h"             // defines: Ir, ir_init, ir_print
-#include "parse.h"          // defines: parse_model
-#include "passes.h"         // defines: passes_run
-#include "sema.h"           // defines: sema_lower
+#include "load_model.h"     // defines: front_end
 
 // --- one file through the front end -----------------------------------------------------
 
@@ -26,20 +23,14 @@
 // nothing; `gemc check`). Returns false when an error was reported.
 static bool run_front_end(const CliOptions *o, const SourceFile *src, Arena *arena, Diag *d,
                           FILE *out) {
-  Model *m = parse_model(src, arena, d);
-  if (!m || d->errors > 0) return false;
-  if (o->emit == STAGE_AST) {
-    if (out) ast_print(out, m);
-    return true;
-  }
-
+  FrontEnd fe = {.arch = o->arch, .parse_only = o->emit == STAGE_AST, .dump_after = o->dump_after,
+                 .dump_out = out, .with_grad = o->grad};
+  Model *m = NULL;
   Ir ir;
   ir_init(&ir, arena);
-  if (!sema_lower(m, o->arch, d, &ir) || d->errors > 0) return false;
-  if (!passes_run(&ir, d, o->dump_after, o->dump_after ? out : NULL) || d->errors > 0)
-    return false;
-  if (o->grad && (!autodiff(&ir, d) || d->errors > 0)) return false;
-  if (out && !o->dump_after) ir_print(out, &ir);
+  if (!front_end(src, arena, d, &fe, &m, &ir)) return false;
+  if (out && fe.parse_only) ast_print(out, m);
+  else if (out && !o->dump_after) ir_print(out, &ir);
   return true;
 }
 

@@ -22,44 +22,7 @@
 
 // --- a model and its schema ---------------------------------------------------------------
 
-typedef struct Loaded {
-  Arena arena;
-  SourceFile src;
-  bool from_file;
-  Ir ir;
-  Schema s;
-} Loaded;
-
-// Compiles a model (from `text`, or from the file `path` when text is NULL) through the
-// front end and the passes, and builds its schema. `text` must outlive the result.
-static Loaded *load(const char *path, const char *text) {
-  Loaded *m = calloc(1, sizeof *m);
-  assert_non_null(m);
-  m->from_file = text == NULL;
-  if (text) source_from_memory(&m->src, path, text, strlen(text));
-  else assert_true(source_read(&m->src, path));
-  char *diags = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&diags, &len);
-  Diag d;
-  diag_init(&d, &m->src, out);
-  Model *model = parse_model(&m->src, &m->arena, &d);
-  ir_init(&m->ir, &m->arena);
-  bool ok = model && d.errors == 0 && sema_lower(model, NULL, &d, &m->ir) &&
-            passes_run(&m->ir, &d, NULL, NULL);
-  fclose(out);
-  if (!ok) print_message("%s does not compile:\n%s", path, diags);
-  free(diags);
-  assert_true(ok);
-  schema_from_ir(&m->ir, &m->s);
-  return m;
-}
-
-static void unload(Loaded *m) {
-  if (m->from_file) source_free(&m->src);
-  arena_free(&m->arena);
-  free(m);
-}
+#include "load_text.h"
 
 static const Feature *feature(const Loaded *m, const char *name) {
   int i = schema_find(&m->s, name);

@@ -32,48 +32,7 @@
 
 // --- a model and its schema ---------------------------------------------------------------
 
-typedef struct Loaded {
-  Arena arena;
-  SourceFile src;
-  char *text;  // owned copy, or NULL for a file
-  Ir ir;
-  Schema s;
-} Loaded;
-
-// Compiles a model (from `text`, or from the file `path` when text is NULL) through the
-// front end and the passes, and builds its schema.
-static Loaded *load(const char *path, const char *text) {
-  Loaded *m = calloc(1, sizeof *m);
-  assert_non_null(m);
-  if (text) {
-    m->text = strdup(text);
-    source_from_memory(&m->src, path, m->text, strlen(m->text));
-  } else {
-    assert_true(source_read(&m->src, path));
-  }
-  char *diags = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&diags, &len);
-  Diag d;
-  diag_init(&d, &m->src, out);
-  Model *model = parse_model(&m->src, &m->arena, &d);
-  ir_init(&m->ir, &m->arena);
-  bool ok = model && d.errors == 0 && sema_lower(model, NULL, &d, &m->ir) &&
-            passes_run(&m->ir, &d, NULL, NULL);
-  fclose(out);
-  if (!ok) print_message("%s does not compile:\n%s\n%s", path, text ? text : "", diags);
-  free(diags);
-  assert_true(ok);
-  schema_from_ir(&m->ir, &m->s);
-  return m;
-}
-
-static void unload(Loaded *m) {
-  if (m->text) free(m->text);
-  else source_free(&m->src);
-  arena_free(&m->arena);
-  free(m);
-}
+#include "load_text.h"
 
 // A family of small models for schema tests: the history's max length, the items table's
 // rows, the declarations after the history, and what the concat adds for them.

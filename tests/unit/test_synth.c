@@ -25,42 +25,7 @@
 
 // --- a model and its schema ---------------------------------------------------------------
 
-typedef struct Loaded {
-  Arena arena;
-  SourceFile src;
-  Ir ir;
-  Schema s;
-} Loaded;
-
-// Compiles a model (from `text`, or from the file `path` when text is NULL) through the
-// front end and the passes, and builds its schema.
-static Loaded *load(const char *path, const char *text) {
-  Loaded *m = calloc(1, sizeof *m);
-  assert_non_null(m);
-  if (text) source_from_memory(&m->src, path, text, strlen(text));
-  else assert_true(source_read(&m->src, path));
-  char *diags = NULL;
-  size_t len = 0;
-  FILE *out = open_memstream(&diags, &len);
-  Diag d;
-  diag_init(&d, &m->src, out);
-  Model *model = parse_model(&m->src, &m->arena, &d);
-  ir_init(&m->ir, &m->arena);
-  bool ok = model && d.errors == 0 && sema_lower(model, NULL, &d, &m->ir) &&
-            passes_run(&m->ir, &d, NULL, NULL);
-  fclose(out);
-  if (!ok) print_message("%s does not compile:\n%s", path, diags);
-  free(diags);
-  assert_true(ok);
-  schema_from_ir(&m->ir, &m->s);
-  return m;
-}
-
-static void unload(Loaded *m, bool from_file) {
-  if (from_file) source_free(&m->src);
-  arena_free(&m->arena);
-  free(m);
-}
+#include "load_text.h"
 
 // One sequence of up to 512 ids (for length statistics), a candidate id, a label.
 static const char *LENGTHS_MODEL =
@@ -133,7 +98,7 @@ static void test_synth_same_seed_and_window_give_the_same_bytes(void **state) {
   batch_free(&b);
   synth_free(g1);
   synth_free(g2);
-  unload(m, true);
+  unload(m);
 }
 
 static void test_synth_windows_agree_with_each_other(void **state) {
@@ -166,7 +131,7 @@ static void test_synth_windows_agree_with_each_other(void **state) {
   batch_free(&second);
   batch_free(&joined);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 static void test_synth_different_seeds_differ(void **state) {
@@ -184,7 +149,7 @@ static void test_synth_different_seeds_differ(void **state) {
   batch_free(&b);
   synth_free(g1);
   synth_free(g2);
-  unload(m, true);
+  unload(m);
 }
 
 // --- validity -----------------------------------------------------------------------------
@@ -207,7 +172,7 @@ static void test_synth_batches_validate_for_every_model_and_distribution(void **
       batch_free(&b);
       synth_free(g);
     }
-    unload(m, true);
+    unload(m);
   }
 }
 
@@ -226,7 +191,7 @@ static void test_synth_all_empty_sequences_are_valid(void **state) {
   for (int64_t k = 0; k < b.B; k++) assert_true(isfinite(synth_teacher_prob(g, &b, k, click)));
   batch_free(&b);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 static void test_synth_id_vocab_caps_the_ids(void **state) {
@@ -250,7 +215,7 @@ static void test_synth_id_vocab_caps_the_ids(void **state) {
   assert_true(distinct >= 8);
   batch_free(&b);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 // --- distributions ------------------------------------------------------------------------
@@ -301,7 +266,7 @@ static LengthStats length_stats(LengthDist dist, double empty_fraction) {
   free(lengths);
   batch_free(&b);
   synth_free(g);
-  unload(m, false);
+  unload(m);
   return st;
 }
 
@@ -366,7 +331,7 @@ static void test_synth_ids_are_zipf_like(void **state) {
   free(count);
   batch_free(&b);
   synth_free(g);
-  unload(m, false);
+  unload(m);
 }
 
 // --- the teacher --------------------------------------------------------------------------
@@ -429,7 +394,7 @@ static void test_synth_teacher_bayes_ne_on_gem_tiny_is_clearly_below_1(void **st
   assert_true(fabs(st.ne_sampled - st.ne_expected) < 0.05);
   assert_true(st.mean_p_given_1 > st.mean_p_given_0 + 0.1);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 // Every model: each label has a sensible base rate and a teacher that beats the constant.
@@ -453,7 +418,7 @@ static void test_synth_teacher_learnable_for_every_model_and_distribution(void *
       }
       synth_free(g);
     }
-    unload(m, true);
+    unload(m);
   }
 }
 
@@ -484,7 +449,7 @@ static void test_synth_tasks_mix_signals_differently(void **state) {
   assert_true(isnan(synth_teacher_prob(g, &b, 0, schema_find(&m->s, "ad"))));
   batch_free(&b);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 // Changing a feature the teacher reads changes its probability: the label depends on the
@@ -523,7 +488,7 @@ static void test_synth_teacher_reads_sequence_ids_and_dense_features(void **stat
   assert_int_equal(changed_dense, 64);
   batch_free(&b);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 static void test_synth_length_dist_names_round_trip(void **state) {
@@ -556,7 +521,7 @@ static void test_synth_is_fast(void **state) {
   assert_true(s < 5.0);
   batch_free(&b);
   synth_free(g);
-  unload(m, true);
+  unload(m);
 }
 
 int main(void) {
