@@ -1,11 +1,5 @@
-# gemc: the .gem compiler and runtime.
-#   make            build build/gemc
-#   make test       install missing packages (as root), build, run every CPU test
-#   make demo       the main job: build gemc and train models/gem_tiny.gem (CPU), printing
-#                   the learning curve and the final held-out metrics (DEMO_STEPS)
-#   make fuzz       libFuzzer over the whole front end (FUZZ_SECONDS, default 60)
-#   make bench-frontend   time check+IR of generated 1,000- and 10,000-layer models
-# Generated files all go under build/.
+# gemc: the .gem compiler and runtime. `make help` lists every target.
+# Generated files all go under $(BUILD)/ (default build/).
 
 CC      ?= cc
 BUILD   ?= build
@@ -16,27 +10,83 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
            -Wvla -Wformat=2 -Wundef -Wpointer-arith -Wcast-qual
 CSTD    := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 OPT     ?= -O2 -g
-CPPFLAGS_GEMC := -Icompiler -Iruntime -Icodegen -I$(BUILD)/grammar
-CFLAGS_GEMC   := $(CSTD) $(OPT) $(WARN) $(CPPFLAGS_GEMC) $(EXTRA_CFLAGS)
+# --- layers -----------------------------------------------------------------------------
+# Each folder of the product is one layer (docs/architecture.md). A folder compiles with the
+# include paths of itself and of the layers it may use, and no others, so a header included
+# from a layer above fails the build. Includes name a header only ("ir.h", never "../x/ir.h");
+# $(BUILD)/layers.ok refuses a path in a quoted include.
+LAYERS := compiler/base compiler/ir grammar compiler/sema compiler/passes kernels \
+          codegen/plan codegen/ops codegen/attention codegen \
+          runtime/data runtime/cpu runtime/gpu runtime/comm runtime/train runtime/bench \
+          compiler/driver
+USES_compiler/base      :=
+USES_compiler/ir        := compiler/base
+USES_grammar            := compiler/base $(BUILD)/grammar
+USES_compiler/sema      := compiler/base compiler/ir grammar
+USES_compiler/passes    := compiler/base compiler/ir
+USES_kernels            :=
+USES_codegen/plan       := compiler/base compiler/ir kernels
+USES_codegen/ops        := $(USES_codegen/plan) codegen/plan
+USES_codegen/attention  := $(USES_codegen/plan) codegen/plan
+USES_codegen            := $(USES_codegen/plan) codegen/plan codegen/ops codegen/attention
+USES_runtime/data       := compiler/base compiler/ir
+USES_runtime/cpu        := $(USES_runtime/data) runtime/data
+USES_runtime/gpu        := $(USES_runtime/cpu) runtime/cpu kernels codegen/plan
+USES_runtime/comm       := $(USES_runtime/gpu) runtime/gpu
+USES_runtime/train      := $(USES_runtime/comm) runtime/comm codegen
+USES_runtime/bench      := $(USES_runtime/gpu) runtime/gpu codegen codegen/attention
+USES_compiler/driver    := $(filter-out compiler/driver,$(LAYERS)) $(BUILD)/grammar
+# -I flags of the layer that holds $(1), a source file.
+layer_of   = $(patsubst %/,%,$(dir $(1)))
+layer_incs = $(addprefix -I,$(call layer_of,$(1)) $(USES_$(call layer_of,$(1))))
+ALL_INCS  := $(addprefix -I,$(LAYERS) $(BUILD)/grammar)
+
+DEPFLAGS      := -MMD -MP
+CFLAGS_GEMC   := $(CSTD) $(OPT) $(WARN) $(EXTRA_CFLAGS)
 # The scanner and parser that flex and bison write are not ours to lint.
 CFLAGS_GEN    := $(CSTD) $(OPT) -Wall -Werror -Wno-unused-function -Wno-unused-but-set-variable \
-                 $(CPPFLAGS_GEMC) -Igrammar $(EXTRA_CFLAGS)
+                 -Igrammar $(addprefix -I,$(USES_grammar)) $(EXTRA_CFLAGS)
 LDLIBS_GEMC   := -lm -ldl -pthread $(EXTRA_LDFLAGS)
 
-LIB_SRCS  := $(filter-out compiler/main.c,$(wildcard compiler/*.c)) $(wildcard grammar/*.c) \
-             $(wildcard runtime/*.c) $(wildcard codegen/*.c)
+LIB_SRCS  := $(filter-out compiler/driver/main.c,$(foreach l,$(LAYERS),$(wildcard $(l)/*.c)))
 LIB_OBJS  := $(patsubst %.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) \
              $(BUILD)/obj/grammar/parser.tab.o $(BUILD)/obj/grammar/scanner.o \
              $(BUILD)/obj/gen/kernels_embedded.o
-HEADERS   := $(wildcard compiler/*.h compiler/*.def grammar/*.h runtime/*.h codegen/*.h) $(BUILD)/grammar/parser.tab.h
+PRODUCT_FILES := $(foreach l,$(LAYERS),$(wildcard $(l)/*.c $(l)/*.h $(l)/*.def)) \
+                 grammar/parser.y grammar/scanner.l
+GEN_HEADERS := $(BUILD)/grammar/parser.tab.h $(BUILD)/grammar/scanner.h
 
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all test test-unit test-golden test-models test-codegen test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
+.PHONY: all help print-includes test test-unit test-golden test-models test-codegen test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/gemc
+
+# The include flags that see every layer, for scripts that compile against libgemc.a.
+print-includes:
+	@echo $(ALL_INCS)
+
+help:
+	@echo 'make                  build $(BUILD)/gemc'
+	@echo 'make demo             the main job: build gemc, check every model, train models/gem_tiny.gem'
+	@echo '                      (on the GPU when one is usable, else the CPU executor; DEMO_STEPS=2000)'
+	@echo 'make test             install missing Debian packages (as root), build, run every CPU test:'
+	@echo '                      test-unit, test-golden, test-models and test-codegen'
+	@echo 'make test-unit        the cmocka unit tests (tests/unit/)'
+	@echo 'make test-golden      the golden .ir, .grad, .err and .cu files (tests/golden/)'
+	@echo 'make test-models      every models/*.gem checks without a warning'
+	@echo 'make test-codegen     NVRTC compiles every model for sm_90a and sm_100a; generated kernels'
+	@echo '                      run on the CPU (plan_emu, table_grad_emu) match the CPU executor'
+	@echo 'make test-gpu         on a GPU machine: every generated kernel against the CPU executor,'
+	@echo '                      GDPA cases, end-to-end curves, checkpoints, compute-sanitizer'
+	@echo 'make test-gpu-codegen on a GPU machine: codegen_small.gem kernels through the plan launches'
+	@echo 'make fuzz             libFuzzer over the front end (FUZZ_SECONDS=60)'
+	@echo 'make bench-frontend   time check + IR of generated 1,000- and 10,000-layer models'
+	@echo 'make deps             install flex, bison and cmocka when missing (as root)'
+	@echo 'make clean            remove $(BUILD)/'
+	@echo 'Variables: BUILD, CC, OPT, EXTRA_CFLAGS, EXTRA_LDFLAGS, DEMO_STEPS, FUZZ_SECONDS'
 
 # --- dependencies -----------------------------------------------------------------------
 # Installs flex, bison and cmocka when they are missing and we are root; otherwise prints
@@ -65,17 +115,27 @@ $(BUILD)/grammar/scanner.c $(BUILD)/grammar/scanner.h &: grammar/scanner.l
 	@mkdir -p $(BUILD)/grammar
 	$(FLEX) --header-file=$(BUILD)/grammar/scanner.h -o $(BUILD)/grammar/scanner.c $<
 
-$(BUILD)/obj/grammar/parser.tab.o: $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.h $(HEADERS)
+$(BUILD)/obj/grammar/parser.tab.o: $(BUILD)/grammar/parser.tab.c | $(GEN_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEN) -c -o $@ $<
+	$(CC) $(CFLAGS_GEN) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/obj/grammar/scanner.o: $(BUILD)/grammar/scanner.c $(BUILD)/grammar/parser.tab.h $(HEADERS)
+$(BUILD)/obj/grammar/scanner.o: $(BUILD)/grammar/scanner.c | $(GEN_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEN) -c -o $@ $<
+	$(CC) $(CFLAGS_GEN) $(DEPFLAGS) -c -o $@ $<
 
-$(BUILD)/obj/%.o: %.c $(HEADERS) $(BUILD)/grammar/scanner.h
+# Every object of the product, with its own layer's include paths (see LAYERS). The generated
+# headers come first (order only); after that, -MMD's .d files name each object's headers.
+$(BUILD)/obj/%.o: %.c | $(GEN_HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -c -o $@ $<
+	$(CC) $(CFLAGS_GEMC) $(call layer_incs,$<) $(DEPFLAGS) -c -o $@ $<
+
+# A quoted include with a path in it ("../gpu/gpu_exec.h") would step around the layers.
+$(BUILD)/layers.ok: $(PRODUCT_FILES)
+	@mkdir -p $(dir $@)
+	@if grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"[^"]*/' $(PRODUCT_FILES); then \
+	  echo "gemc: an include above names a path; name the header only, and let the layer's" \
+	       "include paths (Makefile, LAYERS) decide what it may see" >&2; exit 1; fi
+	@touch $@
 
 # kernels/*.cuh (the prelude and the hand-written kernels generated code pastes in) become C
 # strings in the binary: kernel_<file>_cuh, NUL-terminated. No files are needed at run time.
@@ -94,23 +154,22 @@ $(BUILD)/obj/gen/kernels_embedded.o: $(BUILD)/gen/kernels_embedded.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CSTD) $(OPT) -Wall -Werror -c -o $@ $<
 
-# The attention emitter is another piece of work; lower.c calls it once it exists.
-ifneq ($(wildcard codegen/emit_attention.c),)
-$(BUILD)/obj/codegen/lower.o: CFLAGS_GEMC += -DGEMC_HAVE_EMIT_ATTENTION
-$(BUILD)/obj/codegen/lower.o: codegen/emit_attention.c
-endif
-
-$(BUILD)/libgemc.a: $(LIB_OBJS)
+$(BUILD)/libgemc.a: $(LIB_OBJS) $(BUILD)/layers.ok
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(LIB_OBJS)
 
-$(BUILD)/gemc: $(BUILD)/obj/compiler/main.o $(BUILD)/libgemc.a
+$(BUILD)/gemc: $(BUILD)/obj/compiler/driver/main.o $(BUILD)/libgemc.a
 	$(CC) $(CFLAGS_GEMC) -o $@ $^ $(LDLIBS_GEMC)
 
+-include $(LIB_OBJS:.o=.d) $(BUILD)/obj/compiler/driver/main.d
+
 # --- tests ------------------------------------------------------------------------------
-$(BUILD)/tests/%: tests/unit/%.c $(wildcard tests/unit/*.h) $(BUILD)/libgemc.a $(HEADERS)
+# Tests sit above every layer and see them all.
+$(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libgemc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -Wno-missing-prototypes -o $@ $< $(BUILD)/libgemc.a -lcmocka $(LDLIBS_GEMC)
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) -Itests/unit $(DEPFLAGS) -Wno-missing-prototypes -o $@ $< \
+	  $(BUILD)/libgemc.a -lcmocka $(LDLIBS_GEMC)
+-include $(UNIT_BINS:=.d)
 
 # test_cli runs the built driver, so unit tests need it too.
 test-unit: $(UNIT_BINS) $(BUILD)/gemc
@@ -145,25 +204,31 @@ test: deps
 # backends, and compute-sanitizer's memcheck on a small model (tests/gpu/run.sh).
 GPU_TEST := $(BUILD)/tests/gpu/test_gpu_kernels
 
-$(GPU_TEST): tests/gpu/test_gpu_kernels.c tests/gpu/gpu_check.h $(BUILD)/libgemc.a $(HEADERS)
+$(GPU_TEST): tests/gpu/test_gpu_kernels.c $(BUILD)/libgemc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) -Itests/gpu $(DEPFLAGS) -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
 
 GDPA_TEST := $(BUILD)/gpu/test_gdpa
+# The standalone GDPA benchmark (the same as `gemc bench gdpa`, with --cache and --compile-only).
+GDPA_BENCH := $(BUILD)/gpu/bench_gdpa
 
-$(GDPA_TEST): tests/gpu/test_gdpa.c tests/gpu/gdpa_cases.h $(BUILD)/libgemc.a $(HEADERS)
+$(GDPA_TEST): tests/gpu/test_gdpa.c $(BUILD)/libgemc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) -Itests/gpu $(DEPFLAGS) -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
 
 # Every other tests/gpu/test_*.c is one more GPU test program (tests/gpu/run.sh runs each).
 GPU_EXTRA_SRCS := $(filter-out tests/gpu/test_gpu_kernels.c tests/gpu/test_gdpa.c,$(wildcard tests/gpu/test_*.c))
 GPU_EXTRA_TESTS := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_EXTRA_SRCS))
 
-$(GPU_EXTRA_TESTS): $(BUILD)/tests/gpu/%: tests/gpu/%.c tests/gpu/gpu_check.h $(BUILD)/libgemc.a $(HEADERS)
+$(GPU_EXTRA_TESTS): $(BUILD)/tests/gpu/%: tests/gpu/%.c $(BUILD)/libgemc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -Itests/gpu -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) -Itests/gpu $(DEPFLAGS) -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+$(GDPA_BENCH): tests/gpu/bench_gdpa.c $(BUILD)/libgemc.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) -Itests/gpu $(DEPFLAGS) -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+-include $(GPU_TEST).d $(GDPA_TEST).d $(GDPA_BENCH).d $(GPU_EXTRA_TESTS:=.d)
 
-test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST) $(GPU_EXTRA_TESTS)
+test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST) $(GDPA_BENCH) $(GPU_EXTRA_TESTS)
 	@tests/gpu/run.sh $(BUILD)
 
 # Generated kernels of tests/golden/codegen_small.gem (fused add + rmsnorm, pooled mean
@@ -171,9 +236,11 @@ test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST) $(GPU_EXTRA_TESTS)
 # on the GPU against CPU references (docs/codegen.md).
 CODEGEN_GPU_TEST := $(BUILD)/tests/gpu/codegen_kernels_gpu
 
-$(CODEGEN_GPU_TEST): tests/gpu/codegen_kernels_gpu.c $(BUILD)/libgemc.a $(HEADERS)
+$(CODEGEN_GPU_TEST): tests/gpu/codegen_kernels_gpu.c $(BUILD)/libgemc.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_GEMC) -Wno-missing-prototypes -o $@ $< $(BUILD)/libgemc.a $(LDLIBS_GEMC)
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) $(DEPFLAGS) -Wno-missing-prototypes -o $@ $< $(BUILD)/libgemc.a \
+	  $(LDLIBS_GEMC)
+-include $(CODEGEN_GPU_TEST).d
 
 test-gpu-codegen: $(CODEGEN_GPU_TEST)
 	@$(CODEGEN_GPU_TEST)
@@ -200,10 +267,10 @@ FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover
 FUZZ_SEEDS    = $(wildcard tests/golden/*.gem models/*.gem)
 FUZZ_BIN     := $(BUILD)/fuzz/fuzz_frontend
 
-$(FUZZ_BIN): tests/fuzz/fuzz_frontend.c $(LIB_SRCS) $(BUILD)/grammar/parser.tab.c \
-             $(BUILD)/grammar/scanner.c $(BUILD)/gen/kernels_embedded.c $(HEADERS)
+$(FUZZ_BIN): tests/fuzz/fuzz_frontend.c $(PRODUCT_FILES) $(BUILD)/grammar/parser.tab.c \
+             $(BUILD)/grammar/scanner.c $(BUILD)/gen/kernels_embedded.c
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(CSTD) $(FUZZ_FLAGS) $(CPPFLAGS_GEMC) -Igrammar -DGEMC_FUZZING \
+	$(FUZZ_CC) $(CSTD) $(FUZZ_FLAGS) $(ALL_INCS) -DGEMC_FUZZING \
 	  -o $@ tests/fuzz/fuzz_frontend.c $(LIB_SRCS) $(BUILD)/gen/kernels_embedded.c \
 	  $(BUILD)/grammar/parser.tab.c $(BUILD)/grammar/scanner.c -lm -ldl -pthread
 
@@ -218,7 +285,7 @@ fuzz: deps
 # Times `gemc check` and `gemc ir` on generated 1,000- and 10,000-layer models.
 bench-frontend: $(BUILD)/gemc
 	@mkdir -p $(BUILD)/bench
-	$(CC) $(CFLAGS_GEMC) -o $(BUILD)/bench/gen_big_model tests/bench/gen_big_model.c
+	$(CC) $(CFLAGS_GEMC) $(ALL_INCS) -o $(BUILD)/bench/gen_big_model tests/bench/gen_big_model.c
 	$(BUILD)/bench/gen_big_model 1000 > $(BUILD)/bench/big1000.gem
 	$(BUILD)/bench/gen_big_model 10000 > $(BUILD)/bench/big10000.gem
 	@tests/bench/bench_frontend.sh $(BUILD)/gemc $(BUILD)/bench/big1000.gem $(BUILD)/bench/big10000.gem

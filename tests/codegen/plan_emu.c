@@ -19,6 +19,7 @@
 #include "memplan.h"
 #include "numerics.h"
 #include "optim.h"
+#include "lower.h"
 #include "plan.h"
 #include "synth.h"
 

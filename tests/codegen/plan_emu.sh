@@ -23,7 +23,7 @@ if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -c -o "$tmp/kern
   if grep -q "barrier" "$tmp/cxx.err"; then echo "plan_emu: SKIP: $CXX has no C++20 <barrier>"; exit 0; fi
   head -n 30 "$tmp/cxx.err"; exit 1
 fi
-"$CC" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O1 -w -Icompiler -Iruntime -Icodegen \
+"$CC" -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O1 -w $(make -s --no-print-directory print-includes) \
   -c -o "$tmp/plan_emu.o" tests/codegen/plan_emu.c || exit 1
 "$CXX" -pthread -o "$tmp/plan_emu" "$tmp/plan_emu.o" "$tmp/kernels.o" "$lib" -lm -ldl || exit 1
 "$tmp/plan_emu" "$model" "$tol"

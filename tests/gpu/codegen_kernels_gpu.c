@@ -17,6 +17,7 @@
 #include "memplan.h"
 #include "numerics.h"
 #include "nvrtc_compile.h"
+#include "lower.h"
 #include "plan.h"
 
 static const CudaDriver *cu;

@@ -10,10 +10,11 @@ export GEMC_CACHE_DIR=/tmp/gemc-cache
 if ! "$B/gemc" --version >/dev/null 2>&1; then
   echo "== the carried binaries do not run here; rebuilding"
   D=/tmp/devbuild; mkdir -p $D
-  FL="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -g -Icompiler -Iruntime -Icodegen -I$B/grammar -Igrammar -Itests/gpu"
-  SRCS="$(ls compiler/*.c | grep -v main.c) $(ls grammar/*.c 2>/dev/null) runtime/*.c codegen/*.c $B/grammar/parser.tab.c $B/grammar/scanner.c"
+  DIRS="$(find compiler grammar codegen runtime kernels -type d)"
+  FL="-std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -O2 -g $(for d in $DIRS; do printf -- '-I%s ' $d; done) -I$B/grammar -Itests/gpu"
+  SRCS="$(find $DIRS -maxdepth 1 -name '*.c' | grep -v driver/main.c) $B/gen/kernels_embedded.c $B/grammar/parser.tab.c $B/grammar/scanner.c"
   mkdir -p $D/tests/gpu
-  cc $FL -o $D/gemc compiler/main.c $SRCS -lm -ldl -pthread || exit 1
+  cc $FL -o $D/gemc compiler/driver/main.c $SRCS -lm -ldl -pthread || exit 1
   cc $FL -o $D/tests/gpu/test_gpu_kernels tests/gpu/test_gpu_kernels.c $SRCS -lm -ldl -pthread || exit 1
   B=$D
 fi

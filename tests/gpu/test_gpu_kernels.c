@@ -27,6 +27,7 @@
 #include "jit_cache.h"
 #include "load_model.h"
 #include "nvrtc_compile.h"
+#include "lower.h"
 #include "plan.h"
 #include "train.h"
 #include "gpu_check.h"

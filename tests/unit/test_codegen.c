@@ -15,6 +15,7 @@
 #include "load_model.h"
 #include "memplan.h"
 #include "nvrtc_compile.h"
+#include "lower.h"
 #include "plan.h"
 #include "target.h"
 

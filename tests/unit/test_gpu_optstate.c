@@ -18,6 +18,7 @@
 #include "gpu_optstate.h"
 #include "load_model.h"
 #include "optim.h"
+#include "lower.h"
 #include "plan.h"
 
 typedef struct Model {

@@ -1,0 +1,289 @@
+// lower_gemm.c: linear and its backward ops as cuBLASLt matmuls (LAUNCH_GEMM).
+//   linear          C[M, n] = x[M, d] · w[d, n] (+ b), act
+//   linear_act_bwd  pre = x · w (+ b) in fp32 scratch, then dz = dy ⊙ act'(pre)
+//   linear_bwd_x    dx[M, d] = dz[M, n] · wᵀ
+//   linear_bwd_w    dw[d, n] = xᵀ · dz, reducing over the M rows (symbolic k)
+// The operand type follows the node's prec: fp32, bf16 or fp16; mxfp8 operands are quantized
+// to E4M3 with E8M0 block scales by a generated kernel and handed over dequantized in bf16
+// (exact: a 4-bit significand times a power of two); fp8 operands get one per-tensor scale
+// (amax / 448, an integer atomicMax of the bits of |x|: order-independent) and go to an fp32
+// GEMM dequantized, because amax/448 · e4m3 is not a bf16 in general. Operands stored in
+// another dtype than the GEMM's get a cast kernel. The bias and relu epilogues are cuBLASLt's;
+// other activations (cuBLASLt's GELU is the tanh form, not erf) and outputs in a dtype the
+// GEMM cannot write go through an fp32 scratch and one pointwise kernel. The quantization
+// (lower_quantize_operand) is shared with dot_interact (lower_interact.c).
+#include <stdio.h>
+#include <string.h>
+
+#include "lower_ops.h"
+
+static DType gemm_type(DType prec) {
+  switch (prec) {
+    case DT_BF16:
+    case DT_MXFP8: return DT_BF16;
+    case DT_FP16: return DT_FP16;
+    default: return DT_F32;
+  }
+}
+
+static LaunchArg tensor_arg(int t) {
+  LaunchArg a;
+  memset(&a, 0, sizeof a);
+  a.kind = ARG_TENSOR;
+  a.tensor = t;
+  a.slot = a.jag = a.tiles = -1;
+  return a;
+}
+
+static LaunchArg scratch_arg(int s) {
+  LaunchArg a = tensor_arg(-1);
+  a.kind = ARG_SCRATCH;
+  a.slot = s;
+  return a;
+}
+
+// Quantizes operand t (rows x cols; the reduction runs along cols when k_contiguous, else down
+// the rows) at prec fp8 or mxfp8 exactly as the CPU executor does (runtime/numerics.c), into a
+// new scratch holding the dequantized values in `type`; returns the scratch slot. mxfp8: one
+// thread per block of 32 along the reduction. fp8: an amax kernel (integer atomicMax on the
+// bits of |x|, so the order of the threads does not matter), then the quantize kernel.
+int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
+                           const char *role) {
+  const Ir *ir = L->ir;
+  SymSize rows = tensor_rows(ir, t);
+  int64_t cols = tensor_width(ir, t);
+  SymSize elems = sym_scale(rows, cols);
+  char sname[300], name[300], id[256], what[128];
+  snprintf(sname, sizeof sname, "%s.%s.%s", ir->tensors[ir->nodes[node].out].name, role, dtype_name(prec));
+  int s = lower_new_scratch(L, sname, sym_scale(elems, dtype_size(type)));
+  ident(id, sizeof id, sname);
+  const char *lt = dtype_load(ir->tensors[t].dtype), *st = dtype_store(type);
+  KernelBuilder kb;
+  if (prec == DT_MXFP8) {
+    // One thread per block of 32 along the reduction dim.
+    snprintf(name, sizeof name, "quantize_mxfp8_%s", id);
+    snprintf(what, sizeof what, "%s operand to mxfp8 (E4M3, E8M0 scale per 32 along %s)", role,
+             k_contiguous ? "a row" : "a column");
+    lower_comment(L, node, what);
+    int64_t col_blocks = (cols + 31) / 32;
+    SymSize nblocks = k_contiguous ? sym_scale(rows, col_blocks) : elems;  // column blocks: bounded below
+    kb_begin(&kb, L, node, name, nblocks, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+    kb_scratch(&kb, dtype_ctype(type), "out", s, true);
+    kb_tensor_in(&kb, "x", t);
+    kb_size(&kb, "rows", rows);
+    StrBuf b = {0};
+    sb_printf(&b, "  enum { COLS = %lld };\n  i64 blk = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n", (long long)cols);
+    if (k_contiguous)
+      sb_puts(&b, "  enum { COL_BLOCKS = (COLS + MX_BLOCK - 1) / MX_BLOCK };\n"
+                  "  if (blk >= rows * COL_BLOCKS) return;\n"
+                  "  i64 first = (blk / COL_BLOCKS) * COLS + (blk % COL_BLOCKS) * MX_BLOCK;\n"
+                  "  int count = (int)(COLS - (blk % COL_BLOCKS) * MX_BLOCK);\n"
+                  "  i64 stride = 1;\n");
+    else
+      sb_puts(&b, "  i64 row_blocks = (rows + MX_BLOCK - 1) / MX_BLOCK;\n"
+                  "  if (blk >= row_blocks * COLS) return;\n"
+                  "  i64 first = (blk / COLS) * MX_BLOCK * COLS + blk % COLS;\n"
+                  "  int count = (int)(rows - (blk / COLS) * MX_BLOCK);\n"
+                  "  i64 stride = COLS;\n");
+    sb_printf(&b, "  if (count > MX_BLOCK) count = MX_BLOCK;\n"
+                  "  float amax = 0.0f;\n"
+                  "  for (int k = 0; k < count; k++) {\n"
+                  "    float v = fabsf(%s(x, first + k * stride));\n"
+                  "    if (isfinite(v) && v > amax) amax = v;\n"
+                  "  }\n"
+                  "  int e = mx_block_exponent(amax);\n"
+                  "  float inv_scale = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);\n"
+                  "  for (int k = 0; k < count; k++)\n"
+                  "    %s(out, first + k * stride, e4m3_round(%s(x, first + k * stride) * inv_scale) * scale);\n",
+              lt, st, lt);
+    kb_end(&kb, b.data);
+    sb_free(&b);
+    return s;
+  }
+  // fp8: amax over the whole tensor, then quantize with scale = amax / 448.
+  char aname[320];
+  snprintf(aname, sizeof aname, "%s.amax", sname);
+  int amax = lower_new_scratch(L, aname, sym_const(4));
+  Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
+  z->zero_arg = scratch_arg(amax);
+  z->zero_bytes = sym_const(4);
+  snprintf(name, sizeof name, "amax_%s", id);
+  snprintf(what, sizeof what, "%s operand: amax for the fp8 scale", role);
+  lower_comment(L, node, what);
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_scratch(&kb, "unsigned", "amax_bits", amax, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_size(&kb, "n", elems);
+  char body[1024];
+  snprintf(body, sizeof body,
+           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
+           "  if (!isfinite(v)) v = 0.0f;\n"
+           "  v = warp_max(v);\n"
+           "  if (threadIdx.x %% WARP_SIZE == 0 && v > 0.0f) atomicMax(amax_bits, __float_as_uint(v));\n",
+           lt);
+  kb_end(&kb, body);
+  snprintf(name, sizeof name, "quantize_fp8_%s", id);
+  snprintf(what, sizeof what, "%s operand to fp8 (E4M3, one scale)", role);
+  lower_comment(L, node, what);
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_scratch(&kb, dtype_ctype(type), "out", s, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_scratch(&kb, "unsigned", "amax_bits", amax, false);
+  kb_size(&kb, "n", elems);
+  snprintf(body, sizeof body,
+           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i >= n) return;\n"
+           "  float scale = __uint_as_float(*amax_bits) / 448.0f;\n"
+           "  if (!(scale > 0.0f)) scale = 1.0f;\n"
+           "  %s(out, i, e4m3_round(%s(x, i) / scale) * scale);\n",
+           st, lt);
+  kb_end(&kb, body);
+  return s;
+}
+
+// Prepares operand t (rows x cols, reduction along cols when k_contiguous) for a GEMM of
+// type `type` at precision `prec`: returns the argument the GEMM reads.
+static LaunchArg prepare_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
+                                 const char *role) {
+  const Ir *ir = L->ir;
+  DType have = ir->tensors[t].dtype;
+  if (prec == DT_FP8 || prec == DT_MXFP8)
+    return scratch_arg(lower_quantize_operand(L, node, t, prec, type, k_contiguous, role));
+  if (have == type || (type == DT_BF16 && (have == DT_FP8 || have == DT_MXFP8))) return tensor_arg(t);
+  SymSize elems = tensor_elems(ir, t);
+  char sname[300], name[300], id[256], what[128], body[512];
+  snprintf(sname, sizeof sname, "%s.%s.%s", ir->tensors[ir->nodes[node].out].name, role, dtype_name(type));
+  int s = lower_new_scratch(L, sname, sym_scale(elems, dtype_size(type)));
+  ident(id, sizeof id, sname);
+  snprintf(name, sizeof name, "cast_%s", id);
+  snprintf(what, sizeof what, "%s operand %s to %s", role, dtype_name(have), dtype_name(type));
+  lower_comment(L, node, what);
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_scratch(&kb, dtype_ctype(type), "out", s, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_size(&kb, "n", elems);
+  snprintf(body, sizeof body,
+           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < n) %s(out, i, %s(x, i));\n", dtype_store(type), dtype_load(have));
+  kb_end(&kb, body);
+  return scratch_arg(s);
+}
+
+static Launch *new_gemm(Lower *L, int node, LaunchArg a, LaunchArg b, LaunchArg c, SymSize m,
+                        int64_t n, SymSize k, DType type) {
+  Launch *g = lower_new_launch(L, LAUNCH_GEMM, node);
+  g->gemm_a = a;
+  g->gemm_b = b;
+  g->gemm_c = c;
+  g->gemm_bias = tensor_arg(-1);
+  g->gemm_bias.kind = ARG_INT;
+  g->gemm_m = m;
+  g->gemm_n = n;
+  g->gemm_k = k;
+  g->gemm_dtype = type;
+  g->gemm_act = ACT_NONE;
+  g->threads = 0;
+  g->per_block = 0;
+  return g;
+}
+
+// The pointwise tail of a GEMM that went through fp32 scratch: act (forward) or dy ⊙ act'
+// (linear_act_bwd), written in the output's dtype.
+static void epilogue_kernel(Lower *L, int node, int scratch, bool bwd) {
+  const Ir *ir = L->ir;
+  const Node *n = &ir->nodes[node];
+  char name[300], id[256], body[1024];
+  ident(id, sizeof id, ir->tensors[n->out].name);
+  snprintf(name, sizeof name, "%s_%s_%s", bwd ? "act_grad" : "act", act_name(node_act(n)), id);
+  lower_comment(L, node, bwd ? "dy times act' of the recomputed pre-activation" : "activation epilogue");
+  SymSize elems = tensor_elems(ir, n->out);
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_tensor_out(&kb, "out", n->out);
+  if (bwd) kb_tensor_in(&kb, "dy", n->ins[0]);
+  kb_scratch(&kb, "float", "pre", scratch, false);
+  kb_size(&kb, "n", elems);
+  if (bwd)
+    snprintf(body, sizeof body,
+             "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "  if (i < n) %s(out, i, (float)((double)%s(dy, i) * %s_grad((double)pre[i])));\n",
+             dtype_store(ir->tensors[n->out].dtype), dtype_load(ir->tensors[n->ins[0]].dtype), act_fn(node_act(n)));
+  else
+    snprintf(body, sizeof body,
+             "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "  if (i < n) %s(out, i, (float)%s((double)pre[i]));\n",
+             dtype_store(ir->tensors[n->out].dtype), act_fn(node_act(n)));
+  kb_end(&kb, body);
+}
+
+bool lower_gemm(Lower *L, int node) {
+  const Ir *ir = L->ir;
+  const Node *n = &ir->nodes[node];
+  DType type = gemm_type(n->prec);
+  switch (n->op) {
+    case OP_LINEAR:
+    case OP_LINEAR_ACT_BWD: {
+      bool bwd = n->op == OP_LINEAR_ACT_BWD;
+      int x = n->ins[bwd ? 1 : 0], w = n->ins[bwd ? 2 : 1];
+      int bias = n->nins > (bwd ? 3 : 2) ? n->ins[bwd ? 3 : 2] : -1;
+      LaunchArg a = prepare_operand(L, node, x, n->prec, type, true, "x");
+      LaunchArg b = prepare_operand(L, node, w, n->prec, type, false, "w");
+      DType out = ir->tensors[n->out].dtype;
+      bool direct = !bwd && (out == type || out == DT_F32) &&
+                    (node_act(n) == ACT_NONE || node_act(n) == ACT_RELU);
+      SymSize m = tensor_rows(ir, x);
+      int64_t cols = tensor_width(ir, w);
+      LaunchArg c;
+      int pre = -1;
+      if (direct) {
+        c = tensor_arg(n->out);
+      } else {
+        char sname[300];
+        snprintf(sname, sizeof sname, "%s.preact", ir->tensors[n->out].name);
+        pre = lower_new_scratch(L, sname, sym_scale(m, cols * 4));
+        c = scratch_arg(pre);
+      }
+      Launch *g = new_gemm(L, node, a, b, c, m, cols, sym_const(tensor_width(ir, x)), type);
+      if (bias >= 0) {
+        g->gemm_bias = tensor_arg(bias);
+        g->gemm_has_bias = true;
+      }
+      if (direct) g->gemm_act = node_act(n);
+      if (!direct) epilogue_kernel(L, node, pre, bwd);
+      return true;
+    }
+    case OP_LINEAR_BWD_X: {
+      int dz = n->ins[0], w = n->ins[1];
+      LaunchArg a = prepare_operand(L, node, dz, n->prec, type, true, "dz");
+      LaunchArg b = prepare_operand(L, node, w, n->prec, type, true, "w");
+      DType out = ir->tensors[n->out].dtype;
+      SymSize m = tensor_rows(ir, dz);
+      int64_t d = tensor_width(ir, n->out);
+      if (out == type || out == DT_F32) {
+        Launch *g = new_gemm(L, node, a, b, tensor_arg(n->out), m, d, sym_const(tensor_width(ir, dz)), type);
+        g->gemm_trans_b = true;
+        return true;
+      }
+      char sname[300];
+      snprintf(sname, sizeof sname, "%s.fp32", ir->tensors[n->out].name);
+      int s = lower_new_scratch(L, sname, sym_scale(m, d * 4));
+      Launch *g = new_gemm(L, node, a, b, scratch_arg(s), m, d, sym_const(tensor_width(ir, dz)), type);
+      g->gemm_trans_b = true;
+      epilogue_kernel(L, node, s, false);  // act none: a rounding copy
+      return true;
+    }
+    case OP_LINEAR_BWD_W: {
+      int x = n->ins[0], dz = n->ins[1];
+      LaunchArg a = prepare_operand(L, node, x, n->prec, type, false, "x");
+      LaunchArg b = prepare_operand(L, node, dz, n->prec, type, false, "dz");
+      Launch *g = new_gemm(L, node, a, b, tensor_arg(n->out), sym_const(tensor_width(ir, x)),
+                           tensor_width(ir, dz), tensor_rows(ir, x), type);
+      g->gemm_trans_a = true;
+      return true;
+    }
+    default: break;
+  }
+  return lower_fail(L, node, "not a linear op");
+}

@@ -1,0 +1,301 @@
+// kernel_builder.c: the sizes, types and names every generated kernel uses, and the
+// KernelBuilder, which grows a kernel's parameter list and its launch's argument list together.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal_error.h"
+#include "kernel_builder.h"
+
+// --- sizes and types --------------------------------------------------------------------
+
+SymSize sym_const(int64_t c) { return (SymSize){c, 0, 0, -1}; }
+
+SymSize sym_scale(SymSize s, int64_t k) { return (SymSize){s.c * k, s.b * k, s.t * k, s.jag}; }
+
+SymSize sym_add(SymSize a, SymSize b) {
+  GEMC_ASSERT(a.jag < 0 || b.jag < 0 || a.jag == b.jag || a.t == 0 || b.t == 0);
+  int jag = a.t != 0 ? a.jag : b.jag;
+  return (SymSize){a.c + b.c, a.b + b.b, a.t + b.t, a.t + b.t != 0 ? jag : -1};
+}
+
+SymSize tensor_rows(const Ir *ir, int t) {
+  const Tensor *x = &ir->tensors[t];
+  switch (x->layout) {
+    case LAYOUT_DENSE: return (SymSize){0, 1, 0, -1};
+    case LAYOUT_SET: return (SymSize){0, x->set_k, 0, -1};
+    case LAYOUT_JAGGED: return (SymSize){0, 0, 1, x->jag};
+    case LAYOUT_FIXED: return sym_const(x->fixed[0]);
+    case LAYOUT_SCALAR: return sym_const(1);
+    case LAYOUT_ROWS: break;
+  }
+  return sym_const(0);  // rows: sized by table_grad (lower_sparse.c)
+}
+
+int64_t tensor_width(const Ir *ir, int t) {
+  const Tensor *x = &ir->tensors[t];
+  switch (x->layout) {
+    case LAYOUT_DENSE:
+    case LAYOUT_SET:
+    case LAYOUT_JAGGED: return x->width > 0 ? x->width : 1;
+    case LAYOUT_FIXED: return x->nfixed == 2 ? x->fixed[1] : 1;
+    case LAYOUT_SCALAR: return 1;
+    case LAYOUT_ROWS: return x->width > 0 ? x->width : 1;
+  }
+  return 1;
+}
+
+SymSize tensor_elems(const Ir *ir, int t) { return sym_scale(tensor_rows(ir, t), tensor_width(ir, t)); }
+
+int dtype_size(DType t) {
+  switch (t) {
+    case DT_F32: return 4;
+    case DT_BF16:
+    case DT_FP16:
+    case DT_FP8:
+    case DT_MXFP8: return 2;  // fp8 and mxfp8 values are stored as bf16
+    case DT_F64:
+    case DT_I64: return 8;
+    case DT_COUNT: break;
+  }
+  return 4;
+}
+
+SymSize tensor_bytes(const Ir *ir, int t) {
+  return sym_scale(tensor_elems(ir, t), dtype_size(ir->tensors[t].dtype));
+}
+
+const char *dtype_ctype(DType t) {
+  switch (t) {
+    case DT_BF16:
+    case DT_FP8:
+    case DT_MXFP8: return "bf16_t";
+    case DT_FP16: return "fp16_t";
+    case DT_I64: return "i64";
+    case DT_F64: return "double";
+    default: return "float";
+  }
+}
+
+const char *dtype_load(DType t) {
+  switch (t) {
+    case DT_BF16:
+    case DT_FP8:
+    case DT_MXFP8: return "load_bf16";
+    case DT_FP16: return "load_fp16";
+    default: return "load_f32";
+  }
+}
+
+const char *dtype_store(DType t) {
+  switch (t) {
+    case DT_BF16:
+    case DT_FP8:
+    case DT_MXFP8: return "store_bf16";
+    case DT_FP16: return "store_fp16";
+    default: return "store_f32";
+  }
+}
+
+const char *act_fn(Act a) {
+  switch (a) {
+    case ACT_SILU: return "act_silu";
+    case ACT_GELU: return "act_gelu";
+    case ACT_GELU_TAYLOR: return "act_gelu_taylor";
+    case ACT_RELU: return "act_relu";
+    case ACT_SIGMOID: return "act_sigmoid";
+    default: return "act_none";
+  }
+}
+
+void ident(char *buf, size_t size, const char *name) {
+  size_t n = 0;
+  for (const char *s = name; *s && n + 1 < size; s++) {
+    char c = *s;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+    buf[n++] = ok ? c : '_';
+  }
+  buf[n] = '\0';
+}
+
+Num num(double x) {
+  Num n;
+  for (int digits = 1; digits <= 17; digits++) {
+    snprintf(n.s, sizeof n.s, "%.*g", digits, x);
+    if (strtod(n.s, NULL) == x) break;
+  }
+  // A literal that is a double in C++ even when it looks like an integer.
+  if (!strpbrk(n.s, ".eEni")) strncat(n.s, ".0", sizeof n.s - strlen(n.s) - 1);
+  return n;
+}
+
+// --- building launches ------------------------------------------------------------------
+
+bool lower_fail(Lower *L, int node, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  const Node *n = &L->ir->nodes[node];
+  diag_error(L->d, n->loc, "cannot generate CUDA for %s: %s", op_name(n->op), msg);
+  L->ok = false;
+  return false;
+}
+
+Launch *lower_new_launch(Lower *L, LaunchKind kind, int node) {
+  if (L->nlaunches == L->cap_launches) {
+    L->cap_launches = L->cap_launches ? 2 * L->cap_launches : 64;
+    L->launches = realloc(L->launches, (size_t)L->cap_launches * sizeof *L->launches);
+    if (!L->launches) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  }
+  Launch *l = &L->launches[L->nlaunches++];
+  memset(l, 0, sizeof *l);
+  l->kind = kind;
+  l->node = node;
+  l->nfused = 1;
+  l->backward = node >= 0 && node >= L->ir->nforward;
+  l->zero_tensor = -1;
+  l->threads = ELEMENTWISE_THREADS;
+  l->per_block = ELEMENTWISE_THREADS;
+  return l;
+}
+
+int lower_new_scratch(Lower *L, const char *name, SymSize bytes) {
+  if (L->nscratch == L->cap_scratch) {
+    L->cap_scratch = L->cap_scratch ? 2 * L->cap_scratch : 16;
+    L->scratch = realloc(L->scratch, (size_t)L->cap_scratch * sizeof *L->scratch);
+    if (!L->scratch) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  }
+  Scratch *s = &L->scratch[L->nscratch];
+  memset(s, 0, sizeof *s);
+  s->name = arena_strdup(L->p->arena, name);
+  s->bytes = bytes;
+  s->buffer = -1;
+  return L->nscratch++;
+}
+
+void lower_comment(Lower *L, int node, const char *what) {
+  const Node *n = &L->ir->nodes[node];
+  const char *file = L->ir->source ? L->ir->source : "?";
+  const char *slash = strrchr(file, '/');
+  sb_printf(&L->src, "\n// %s:%d:%d %s %s (%s)\n", slash ? slash + 1 : file, n->loc.first_line,
+            n->loc.first_column, op_name(n->op), what, node >= L->ir->nforward ? "bwd" : "fwd");
+}
+
+void kb_begin(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize size,
+              int64_t per_block, int threads) {
+  memset(kb, 0, sizeof *kb);
+  kb->L = L;
+  kb->launch = lower_new_launch(L, LAUNCH_KERNEL, node);
+  kb->launch->kernel = arena_strdup(L->p->arena, name);
+  kb->launch->grid = GRID_FIXED;
+  kb->launch->size = size;
+  kb->launch->per_block = per_block;
+  kb->launch->threads = threads;
+  sb_printf(&L->src, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(", threads, name);
+}
+
+static void kb_param(KernelBuilder *kb, const char *decl, LaunchArg a) {
+  Launch *l = kb->launch;
+  if (l->nargs >= PLAN_MAX_ARGS)
+    gemc_internal_error(__FILE__, __LINE__, "a generated kernel has too many arguments");
+  l->args[l->nargs++] = a;
+  sb_printf(&kb->params, "%s%s", kb->nparams ? ",\n    " : "", decl);
+  kb->nparams++;
+}
+
+static LaunchArg arg_of(ArgKind k) {
+  LaunchArg a;
+  memset(&a, 0, sizeof a);
+  a.kind = k;
+  a.tensor = a.slot = a.jag = a.tiles = -1;
+  return a;
+}
+
+void kb_tensor_out(KernelBuilder *kb, const char *param, int t) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "%s *__restrict__ %s", dtype_ctype(kb->L->ir->tensors[t].dtype), param);
+  LaunchArg a = arg_of(ARG_TENSOR);
+  a.tensor = t;
+  kb_param(kb, decl, a);
+}
+
+void kb_tensor_in(KernelBuilder *kb, const char *param, int t) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "const %s *__restrict__ %s", dtype_ctype(kb->L->ir->tensors[t].dtype),
+           param);
+  LaunchArg a = arg_of(ARG_TENSOR);
+  a.tensor = t;
+  kb_param(kb, decl, a);
+}
+
+void kb_scratch(KernelBuilder *kb, const char *ctype, const char *param, int slot, bool out) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
+  LaunchArg a = arg_of(ARG_SCRATCH);
+  a.slot = slot;
+  kb_param(kb, decl, a);
+}
+
+void kb_grad_out(KernelBuilder *kb, const char *param, int param_tensor) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "float *__restrict__ %s", param);
+  LaunchArg a = arg_of(ARG_GRAD);
+  a.tensor = param_tensor;
+  kb_param(kb, decl, a);
+}
+
+void kb_optstate(KernelBuilder *kb, const char *param, int tensor, int slot) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "float *__restrict__ %s", param);
+  LaunchArg a = arg_of(ARG_OPTSTATE);
+  a.tensor = tensor;
+  a.slot = slot;
+  kb_param(kb, decl, a);
+}
+
+void kb_offsets(KernelBuilder *kb, const char *param, int jag) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "const i64 *__restrict__ %s", param);
+  LaunchArg a = arg_of(ARG_OFFSETS);
+  a.jag = jag;
+  kb_param(kb, decl, a);
+}
+
+void kb_size(KernelBuilder *kb, const char *param, SymSize s) {
+  char decl[128];
+  snprintf(decl, sizeof decl, "i64 %s", param);
+  LaunchArg a = arg_of(ARG_SIZE);
+  a.size = s;
+  kb_param(kb, decl, a);
+}
+
+void kb_int(KernelBuilder *kb, const char *param, int64_t v) {
+  char decl[128];
+  snprintf(decl, sizeof decl, "i64 %s", param);
+  LaunchArg a = arg_of(ARG_INT);
+  a.i = v;
+  kb_param(kb, decl, a);
+}
+
+void kb_float(KernelBuilder *kb, const char *param, float v) {
+  char decl[128];
+  snprintf(decl, sizeof decl, "float %s", param);
+  LaunchArg a = arg_of(ARG_FLOAT);
+  a.f = v;
+  kb_param(kb, decl, a);
+}
+
+void kb_step(KernelBuilder *kb, const char *param) {
+  char decl[128];
+  snprintf(decl, sizeof decl, "i64 %s", param);
+  kb_param(kb, decl, arg_of(ARG_STEP));
+}
+
+void kb_end(KernelBuilder *kb, const char *body) {
+  Lower *L = kb->L;
+  sb_printf(&L->src, "%s) {\n%s}\n", kb->params.data ? kb->params.data : "", body);
+  sb_free(&kb->params);
+}

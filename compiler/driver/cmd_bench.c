@@ -1,0 +1,191 @@
+// cmd_bench.c: `gemc bench gdpa [--act ACT] [--reps N] [--quick]`, the GDPA benchmark of the
+// generated attention kernels on the public shapes (runtime/gdpa_bench.h, docs/attention.md):
+// forward and backward TFLOP/s over the real jagged lengths, with Meta's Triton numbers beside
+// each cell; and `gemc bench gemm [--model FILE]... [--reps N] [--compile-only ARCH]`, cuBLASLt
+// against the generated bf16 GEMM (runtime/gemm_bench.h, docs/perf.md) on the GEMM launches of
+// the models' training plans (B the model's batch, every jagged total B * max / 2) and on
+// 4096^3 and 8192^3. Both need a GPU (gemm's --compile-only does not); without one they say why
+// and exit 1.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"             // defines: CliOptions
+#include "commands.h"        // defines: cmd_bench
+#include "gdpa_bench.h"      // defines: gdpa_bench_run
+#include "gemm_bench.h"      // defines: gemm_bench_run, gemm_bench_shapes_from_plan
+#include "internal_error.h"  // defines: GEMC_EXIT_*
+#include "jit_cache.h"       // defines: jit_cache_dir
+#include "load_model.h"      // defines: load_model
+#include "lower.h"           // defines: plan_build_with
+#include "target.h"          // defines: target_find
+
+static const char bench_usage[] =
+    "usage: gemc bench gdpa [--act gelu|gelu_taylor|silu|softmax|...] [--reps N] [--quick]\n"
+    "       gemc bench gemm [--model FILE]... [--reps N] [--compile-only sm_90a|sm_100a]\n";
+
+static int bench_usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "gemc: error: %s%s%s\n%s", what, arg ? " " : "", arg ? arg : "", bench_usage);
+  return GEMC_EXIT_USAGE;
+}
+
+static void print_bench_help(void) {
+  printf("gemc bench: measure the generated kernels on the GPU (docs/attention.md)\n\n%s\n"
+         "  gdpa            GDPA forward and backward TFLOP/s on the public shapes: B=1152, H=4,\n"
+         "                  d=128, bf16, N in {512, 1024, 2048}, s in {0.5, 1.0}, self and\n"
+         "                  cross with KV=256; Meta's Triton numbers beside each cell\n"
+         "  --act ACT       the activation of the main table (default gelu, as Triton's)\n"
+         "  --reps N        timed runs per cell (default 10)\n"
+         "  --quick         N=1024 only, and no extra sections\n"
+         "  gemm            cuBLASLt against the generated bf16 GEMM (kernels/gemm.cuh, docs/perf.md)\n"
+         "                  on every GEMM launch of the models' training plans, B = the model's batch\n"
+         "                  and each jagged total T = B * max / 2, then 4096^3 and 8192^3\n"
+         "  --model FILE    a model whose plan gives shapes (repeatable; default models/gem_small.gem\n"
+         "                  and models/hstu.gem)\n"
+         "  --reps N        timed samples per shape and side, median (default 20)\n"
+         "  --compile-only ARCH   compile the GEMM kernels for ARCH and run nothing (no GPU needed)\n",
+         bench_usage);
+}
+
+enum { MAX_BENCH_MODELS = 8, MAX_GEMM_SHAPES = 512 };
+
+static const char *const default_gemm_models[] = {"models/gem_small.gem", "models/hstu.gem"};
+static const int64_t square_sizes[] = {4096, 8192};
+
+// The model's name for the table: the file name without directory and extension.
+static void model_label(const char *path, char *out, size_t size) {
+  const char *base = strrchr(path, '/');
+  base = base ? base + 1 : path;
+  size_t n = strcspn(base, ".");
+  if (n >= size) n = size - 1;
+  memcpy(out, base, n);
+  out[n] = '\0';
+}
+
+// Appends the GEMMs of one model's plan; prints how its sizes were evaluated. False (with the
+// front end's messages on stderr) when the model does not compile.
+static bool add_model_shapes(const CliOptions *o, const char *path, GemmBenchShape *shapes,
+                             int *n) {
+  LoadedModel m;
+  if (!load_model(&m, path, NULL, true, true, o->werror)) {
+    loaded_model_free(&m);
+    return false;
+  }
+  Diag d;
+  diag_init(&d, &m.src, stderr);
+  Plan p;
+  PlanOptions popt = {.skip_attention = true};  // attention lowers to kernels, never to GEMMs
+  bool ok = plan_build_with(&m.ir, NULL, &popt, &m.arena, &d, &p);
+  if (ok) {
+    int64_t totals[64] = {0};
+    char label[32];
+    model_label(path, label, sizeof label);
+    printf("%s: B = %lld", label, (long long)m.ir.batch);
+    for (int j = 0; j < m.ir.njagged && j < 64; j++) {
+      totals[j] = m.ir.batch * m.ir.jagged[j].max_len / 2;
+      printf(", T_%s = B * %lld / 2 = %lld", m.ir.jagged[j].name, (long long)m.ir.jagged[j].max_len,
+             (long long)totals[j]);
+    }
+    int skipped = gemm_bench_shapes_from_plan(&p, label, m.ir.batch, totals, shapes, n,
+                                              MAX_GEMM_SHAPES - 2);
+    printf("%s\n", skipped ? " (some GEMMs are not bf16 and are left out)" : "");
+  }
+  loaded_model_free(&m);
+  return ok;
+}
+
+static int bench_gemm(const CliOptions *o, const char *const *models, int nmodels, int reps,
+                      const char *compile_only) {
+  if (compile_only && !target_find(compile_only))
+    return bench_usage_error("unknown --compile-only arch (sm_90a, sm_100a):", compile_only);
+  static GemmBenchShape shapes[MAX_GEMM_SHAPES];
+  int n = 0;
+  for (int i = 0; i < nmodels; i++)
+    if (!add_model_shapes(o, models[i], shapes, &n)) return GEMC_EXIT_USER_ERROR;
+  for (size_t i = 0; i < sizeof square_sizes / sizeof *square_sizes; i++) {
+    GemmBenchShape s = {.source = "square", .m = square_sizes[i], .n = square_sizes[i],
+                        .k = square_sizes[i], .act = ACT_NONE, .out = DT_BF16, .count = 1};
+    shapes[n++] = s;
+  }
+  char cache[1024], why[1024];
+  GemmBenchOptions b = {.shapes = shapes, .nshapes = n, .reps = reps,
+                        .compile_only = compile_only};
+  b.cache_dir = jit_cache_dir(cache, sizeof cache, why, sizeof why) ? cache : NULL;
+  fflush(stdout);
+  switch (gemm_bench_run(&b, stdout, why, sizeof why)) {
+  case GEMM_BENCH_OK: return GEMC_EXIT_OK;
+  case GEMM_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", why); break;
+  case GEMM_BENCH_COMPILE_FAILED:
+  case GEMM_BENCH_CUDA_FAILED:
+  case GEMM_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gemm: %s\n", why); break;
+  }
+  return GEMC_EXIT_USER_ERROR;
+}
+
+int cmd_bench(const CliOptions *o) {
+  GdpaBenchOptions b = {.act = ACT_GELU, .reps = 10};
+  const char *what = NULL, *compile_only = NULL, *models[MAX_BENCH_MODELS];
+  int nmodels = 0;
+  bool reps_given = false, gdpa_only = false;
+  for (int i = 0; i < o->nrest; i++) {
+    const char *a = o->rest[i];
+    const char *value = NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      print_bench_help();
+      return GEMC_EXIT_OK;
+    } else if (strcmp(a, "--quick") == 0) {
+      b.quick = gdpa_only = true;
+    } else if (strncmp(a, "--act", 5) == 0 && (a[5] == '=' || a[5] == '\0')) {
+      value = a[5] == '=' ? a + 6 : i + 1 < o->nrest ? o->rest[++i] : NULL;
+      if (!value) return bench_usage_error("--act needs a value", NULL);
+      if (!act_from_name(value, &b.act)) return bench_usage_error("unknown activation", value);
+      gdpa_only = true;
+    } else if (strncmp(a, "--model", 7) == 0 && (a[7] == '=' || a[7] == '\0')) {
+      value = a[7] == '=' ? a + 8 : i + 1 < o->nrest ? o->rest[++i] : NULL;
+      if (!value || !*value) return bench_usage_error("--model needs a file", NULL);
+      if (nmodels == MAX_BENCH_MODELS) return bench_usage_error("too many --model files:", value);
+      models[nmodels++] = value;
+    } else if (strncmp(a, "--compile-only", 14) == 0 && (a[14] == '=' || a[14] == '\0')) {
+      value = a[14] == '=' ? a + 15 : i + 1 < o->nrest ? o->rest[++i] : NULL;
+      if (!value || !*value) return bench_usage_error("--compile-only needs an arch", NULL);
+      compile_only = value;
+    } else if (strncmp(a, "--reps", 6) == 0 && (a[6] == '=' || a[6] == '\0')) {
+      value = a[6] == '=' ? a + 7 : i + 1 < o->nrest ? o->rest[++i] : NULL;
+      char *end = NULL;
+      long reps = value ? strtol(value, &end, 10) : 0;
+      if (!value || *end != '\0' || reps < 1 || reps > 100000)
+        return bench_usage_error("--reps needs a count from 1 to 100000, not", value ? value : "nothing");
+      b.reps = (int)reps;
+      reps_given = true;
+    } else if (a[0] == '-') {
+      return bench_usage_error("unknown option for 'gemc bench':", a);
+    } else if (!what) {
+      what = a;
+    } else {
+      return bench_usage_error("unexpected argument", a);
+    }
+  }
+  if (!what) return bench_usage_error("say what to benchmark:", "gdpa or gemm");
+  if (strcmp(what, "gemm") == 0) {
+    if (gdpa_only) return bench_usage_error("--act and --quick are options of", "'gemc bench gdpa'");
+    if (nmodels == 0)
+      for (size_t i = 0; i < sizeof default_gemm_models / sizeof *default_gemm_models; i++)
+        models[nmodels++] = default_gemm_models[i];
+    return bench_gemm(o, models, nmodels, reps_given ? b.reps : 20, compile_only);
+  }
+  if (strcmp(what, "gdpa") != 0)
+    return bench_usage_error("unknown benchmark (the benchmarks are: gdpa, gemm):", what);
+  if (nmodels > 0 || compile_only)
+    return bench_usage_error("--model and --compile-only are options of", "'gemc bench gemm'");
+
+  char cache[1024], why[1024];
+  b.cache_dir = jit_cache_dir(cache, sizeof cache, why, sizeof why) ? cache : NULL;
+  GdpaBenchStatus s = gdpa_bench_run(&b, stdout, why, sizeof why);
+  switch (s) {
+  case GDPA_BENCH_OK: return GEMC_EXIT_OK;
+  case GDPA_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", why); break;
+  case GDPA_BENCH_COMPILE_FAILED:
+  case GDPA_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gdpa: %s\n", why); break;
+  }
+  return GEMC_EXIT_USER_ERROR;
+}

@@ -1,0 +1,990 @@
+// gpu_exec.c: runs a Plan on the GPU (gpu_exec.h): buffers, staging of batches on a copy
+// stream, launch of kernels, GEMMs and memsets with their symbolic sizes evaluated per batch,
+// CUDA graphs per batch shape, read-back of the loss and the task probabilities, and the
+// copies of parameters and optimizer state to and from the host (checkpoints).
+#include "gpu_exec.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+#include "cublaslt.h"
+#include "gpu_optstate.h"
+#include "gpu_tiles.h"
+#include "numerics.h"
+
+enum { NSLOTS = 2, DEFAULT_GRAPH_CACHE = 8 };
+
+// One staging slot: the pinned host copy and the device copy of a batch's inputs, offsets and
+// tile lists, laid out identically.
+typedef struct Slot {
+  void *host;              // pinned
+  CUdeviceptr dev;
+  size_t bytes;
+  int32_t *host_tiles;     // pinned
+  CUdeviceptr dev_tiles;
+  int64_t tile_words_cap;
+  CUevent uploaded;        // copy stream: the upload of this slot's batch finished
+  CUevent consumed;        // compute stream: the last step that read this slot finished
+  bool used;
+  // The batch in it.
+  int64_t B;
+  int64_t *totals;         // [njagged]
+  int64_t *tile_count;     // [ntiles]: grid of each tile list
+  size_t *tile_offset;     // [ntiles]: word offset of each list
+} Slot;
+
+typedef struct Graph {
+  uint64_t key;
+  int phases;
+  CUgraphExec exec;
+  int64_t last_used;
+} Graph;
+
+typedef struct Kernel {
+  const char *name;
+  CUfunction fn;
+} Kernel;
+
+struct GpuExec {
+  const Plan *p;
+  const Ir *ir;
+  const CudaDriver *d;
+  const CudaContext *ctx;
+  GpuExecOptions o;
+  CUmodule *modules;
+  int nmodules;
+  CUfunction *launch_fn;      // [nlaunches] (kernel launches)
+  CUdeviceptr *buffers;       // [nbuffers]
+  size_t bytes_allocated;
+  CUdeviceptr workspace;
+  size_t workspace_bytes;
+  Gemm *gemm;
+  CUstream compute, copy;
+  CUevent step_start, step_end, readback;
+
+  // Staging layout: where each input feature and each jagged dim's offsets sit in a slot.
+  Schema schema;
+  int *feature_of;            // [ntensors]: schema feature or -1
+  size_t *feature_offset;     // [nfeatures]
+  size_t *offsets_offset;     // [njagged]
+  Slot slots[NSLOTS];
+  int cur;                    // slot of the current batch; -1 before any
+  int inflight;               // slot of the step gpu_exec_finish waits for
+  int next;                   // slot the next set_batch fills
+
+  // Read-back.
+  int ntasks;
+  int *task_logit;            // [ntasks] tensor of each bce node's logit
+  float *host_out;            // pinned: [0] loss, then ntasks * max_batch logits (fp32)
+  uint16_t *host_out16;       // pinned: the same for 16-bit logits
+  float **task_probs;         // [ntasks][max_batch]
+  bool readback_queued;
+
+  Graph *graphs;
+  int ngraphs;
+  uint64_t seen[64];          // shape keys run once without a graph (a second run captures)
+  int seen_next;
+  bool capture_failed;        // the last launch_graphed failed while capturing (nothing ran)
+  GpuExecStats stats;
+  int64_t step_calls;
+};
+
+// --- small helpers ----------------------------------------------------------------------
+
+static int64_t sym(SymSize s, int64_t B, const int64_t *totals) {
+  return s.c + s.b * B + (s.jag >= 0 && totals ? s.t * totals[s.jag] : 0);
+}
+
+static size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
+
+int64_t gpu_dtype_bytes(DType t) {
+  switch (t) {
+  case DT_F32: return 4;
+  case DT_BF16: case DT_FP16: case DT_FP8: case DT_MXFP8: return 2;
+  case DT_F64: case DT_I64: return 8;
+  case DT_COUNT: break;
+  }
+  return 4;
+}
+
+// Rows and width of tensor t for a batch (a ROWS tensor: the most rows it can have).
+static void tensor_shape(const GpuExec *g, int ti, int64_t B, const int64_t *totals,
+                         int64_t *rows, int64_t *width) {
+  const Tensor *t = &g->ir->tensors[ti];
+  *width = t->width > 0 ? t->width : 1;
+  switch (t->layout) {
+  case LAYOUT_DENSE: *rows = B; return;
+  case LAYOUT_SET: *rows = B * t->set_k; return;
+  case LAYOUT_JAGGED: *rows = totals[t->jag]; return;
+  case LAYOUT_FIXED:
+    *rows = t->nfixed == 2 ? t->fixed[0] : 1;
+    *width = t->nfixed == 2 ? t->fixed[1] : t->fixed[0];
+    return;
+  case LAYOUT_SCALAR: *rows = 1, *width = 1; return;
+  case LAYOUT_ROWS: {
+    // Umax: the id occurrences of the table_grad node that writes it.
+    const Node *n = t->producer >= 0 ? &g->ir->nodes[t->producer] : NULL;
+    int64_t umax = 0;
+    for (int i = 1; n && i + 1 < n->nins; i += 2) {
+      int64_t r, w;
+      tensor_shape(g, n->ins[i], B, totals, &r, &w);
+      umax += r * w;
+    }
+    *rows = umax;
+    return;
+  }
+  }
+}
+
+static const int64_t *max_totals(const GpuExec *g, int64_t *buf) {
+  for (int j = 0; j < g->ir->njagged; j++) buf[j] = g->o.max_batch * g->ir->jagged[j].max_len;
+  return buf;
+}
+
+static const char *sizes_text(const GpuExec *g, char *out, size_t size) {
+  const Slot *s = g->cur >= 0 ? &g->slots[g->cur] : NULL;
+  int used = snprintf(out, size, "B=%" PRId64, s ? s->B : (int64_t)0);
+  for (int j = 0; s && j < g->ir->njagged && used > 0 && (size_t)used < size; j++)
+    used += snprintf(out + used, size - (size_t)used, " T_%s=%" PRId64, g->ir->jagged[j].name,
+                     s->totals[j]);
+  return out;
+}
+
+// --- creation ---------------------------------------------------------------------------
+
+static bool alloc_device(GpuExec *g, CUdeviceptr *p, size_t bytes, const char *what, char *why,
+                         size_t why_size) {
+  if (!CU_CHECK(g->d->cuMemAlloc(p, bytes ? bytes : 1))) {
+    size_t free_b = 0, total = 0;
+    g->d->cuMemGetInfo(&free_b, &total);
+    return fail(why, why_size, "out of GPU memory allocating %s (%zu bytes; %zu of %zu bytes "
+                "free): %s", what, bytes, free_b, total, cuda_last_error());
+  }
+  g->bytes_allocated += bytes;
+  return true;
+}
+
+static bool load_kernels(GpuExec *g, const void *const *images, int nimages, char *why,
+                         size_t why_size) {
+  g->modules = xcalloc((size_t)nimages, sizeof *g->modules);
+  for (int i = 0; i < nimages; i++) {
+    if (!CU_CHECK(g->d->cuModuleLoadData(&g->modules[i], images[i])))
+      return fail(why, why_size, "loading module %d of %d: %s", i + 1, nimages,
+                  cuda_last_error());
+    g->nmodules++;
+  }
+  const Plan *p = g->p;
+  g->launch_fn = xcalloc((size_t)p->nlaunches, sizeof *g->launch_fn);
+  for (int i = 0; i < p->nlaunches; i++) {
+    const Launch *l = &p->launches[i];
+    if (l->kind != LAUNCH_KERNEL) continue;
+    for (int k = 0; k < i && !g->launch_fn[i]; k++)
+      if (p->launches[k].kind == LAUNCH_KERNEL && strcmp(p->launches[k].kernel, l->kernel) == 0)
+        g->launch_fn[i] = g->launch_fn[k];
+    for (int m = 0; m < g->nmodules && !g->launch_fn[i]; m++) {
+      CUfunction f;
+      if (g->d->cuModuleGetFunction(&f, g->modules[m], l->kernel) == CU_SUCCESS)
+        g->launch_fn[i] = f;
+    }
+    if (!g->launch_fn[i])
+      return fail(why, why_size, "kernel %s (launch %d, IR node %d) is in none of the %d "
+                  "compiled modules", l->kernel, i, l->node, g->nmodules);
+    if (l->smem > 48 * 1024 &&
+        !CU_CHECK(g->d->cuFuncSetAttribute(g->launch_fn[i],
+                                           CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                           l->smem)))
+      return fail(why, why_size, "kernel %s asks for %d bytes of shared memory (the GPU allows "
+                  "%d): %s", l->kernel, l->smem, g->ctx->max_smem_optin, cuda_last_error());
+  }
+  return true;
+}
+
+static bool alloc_buffers(GpuExec *g, char *why, size_t why_size) {
+  const Plan *p = g->p;
+  int64_t tmax[64];
+  const int64_t *totals = max_totals(g, tmax);
+  g->buffers = xcalloc((size_t)p->nbuffers, sizeof *g->buffers);
+  for (int i = 0; i < p->nbuffers; i++) {
+    int64_t bytes = sym(p->buffers[i].bytes, g->o.max_batch, totals);
+    char what[256];
+    snprintf(what, sizeof what, "buffer %s (%s)", p->buffers[i].name,
+             p->buffers[i].persistent ? "persistent" : "per batch");
+    if (!alloc_device(g, &g->buffers[i], (size_t)(bytes > 0 ? bytes : 0), what, why, why_size))
+      return false;
+  }
+  size_t ws = 0;
+  for (int i = 0; i < p->nlaunches; i++)
+    for (int a = 0; a < p->launches[i].nargs; a++)
+      if (p->launches[i].args[a].kind == ARG_WORKSPACE) {
+        int64_t b = sym(p->launches[i].args[a].size, g->o.max_batch, totals);
+        if (b > 0 && (size_t)b > ws) ws = (size_t)b;
+      }
+  g->workspace_bytes = ws;
+  return ws == 0 || alloc_device(g, &g->workspace, ws, "the launch workspace", why, why_size);
+}
+
+static bool setup_staging(GpuExec *g, char *why, size_t why_size) {
+  const Ir *ir = g->ir;
+  schema_from_ir(ir, &g->schema);
+  g->feature_of = xcalloc((size_t)ir->ntensors, sizeof *g->feature_of);
+  for (int t = 0; t < ir->ntensors; t++) g->feature_of[t] = -1;
+  g->feature_offset = xcalloc((size_t)g->schema.nfeatures, sizeof *g->feature_offset);
+  g->offsets_offset = xcalloc((size_t)ir->njagged, sizeof *g->offsets_offset);
+  int64_t tmax[64];
+  const int64_t *totals = max_totals(g, tmax);
+  size_t at = 0;
+  for (int j = 0; j < ir->njagged; j++) {
+    g->offsets_offset[j] = at;
+    at = align_up(at + (size_t)(g->o.max_batch + 1) * 8);
+  }
+  for (int f = 0; f < g->schema.nfeatures; f++) {
+    int t = g->schema.features[f].tensor;
+    g->feature_of[t] = f;
+    g->feature_offset[f] = at;
+    int64_t rows, width;
+    tensor_shape(g, t, g->o.max_batch, totals, &rows, &width);
+    at = align_up(at + (size_t)(rows * width * gpu_dtype_bytes(ir->tensors[t].dtype)));
+  }
+  for (int s = 0; s < NSLOTS; s++) {
+    Slot *sl = &g->slots[s];
+    sl->bytes = at;
+    if (!CU_CHECK(g->d->cuMemAllocHost(&sl->host, at ? at : 1)))
+      return fail(why, why_size, "pinned host memory for batches (%zu bytes): %s", at,
+                  cuda_last_error());
+    if (!alloc_device(g, &sl->dev, at, "a batch staging slot", why, why_size)) return false;
+    if (!CU_CHECK(g->d->cuEventCreate(&sl->uploaded, CU_EVENT_DISABLE_TIMING)) ||
+        !CU_CHECK(g->d->cuEventCreate(&sl->consumed, CU_EVENT_DISABLE_TIMING)))
+      return fail(why, why_size, "%s", cuda_last_error());
+    sl->totals = xcalloc((size_t)ir->njagged + 1, sizeof *sl->totals);
+    sl->tile_count = xcalloc((size_t)g->p->ntiles + 1, sizeof *sl->tile_count);
+    sl->tile_offset = xcalloc((size_t)g->p->ntiles + 1, sizeof *sl->tile_offset);
+  }
+  g->cur = -1;
+  g->next = 0;
+  return true;
+}
+
+static bool setup_tasks(GpuExec *g, char *why, size_t why_size) {
+  const Ir *ir = g->ir;
+  for (int i = 0; i < ir->nforward; i++)
+    if (ir->nodes[i].op == OP_BCE) g->ntasks++;
+  g->task_logit = xcalloc((size_t)g->ntasks, sizeof *g->task_logit);
+  g->task_probs = xcalloc((size_t)g->ntasks, sizeof *g->task_probs);
+  int k = 0;
+  for (int i = 0; i < ir->nforward; i++)
+    if (ir->nodes[i].op == OP_BCE) {
+      g->task_logit[k] = ir->nodes[i].ins[0];
+      g->task_probs[k++] = xcalloc((size_t)g->o.max_batch, sizeof(float));
+    }
+  size_t n = 1 + (size_t)g->ntasks * (size_t)g->o.max_batch;
+  if (!CU_CHECK(g->d->cuMemAllocHost((void **)&g->host_out, n * 4)) ||
+      !CU_CHECK(g->d->cuMemAllocHost((void **)&g->host_out16, n * 2)))
+    return fail(why, why_size, "pinned host memory for results: %s", cuda_last_error());
+  return true;
+}
+
+GpuExec *gpu_exec_new(const Plan *p, const CudaContext *ctx, const void *const *images,
+                      int nimages, const GpuExecOptions *o, char *why, size_t why_size) {
+  const CudaDriver *d = cuda_driver();
+  if (!d) {
+    fail(why, why_size, "the CUDA driver is not loaded");
+    return NULL;
+  }
+  if (p->ir->njagged > 64) {
+    fail(why, why_size, "the model has %d jagged dims; the GPU executor handles 64",
+         p->ir->njagged);
+    return NULL;
+  }
+  GpuExec *g = xcalloc(1, sizeof *g);
+  g->p = p;
+  g->ir = p->ir;
+  g->d = d;
+  g->ctx = ctx;
+  g->o = *o;
+  if (g->o.max_batch <= 0) g->o.max_batch = p->ir->batch;
+  if (g->o.graph_cache <= 0) g->o.graph_cache = DEFAULT_GRAPH_CACHE;
+  g->graphs = xcalloc((size_t)g->o.graph_cache, sizeof *g->graphs);
+  bool ok = cuda_context_make_current(ctx) &&
+            CU_CHECK(d->cuStreamCreate(&g->compute, CU_STREAM_NON_BLOCKING)) &&
+            CU_CHECK(d->cuStreamCreate(&g->copy, CU_STREAM_NON_BLOCKING)) &&
+            CU_CHECK(d->cuEventCreate(&g->step_start, 0)) &&
+            CU_CHECK(d->cuEventCreate(&g->step_end, 0)) &&
+            CU_CHECK(d->cuEventCreate(&g->readback, CU_EVENT_DISABLE_TIMING));
+  if (!ok) fail(why, why_size, "%s", cuda_last_error());
+  ok = ok && load_kernels(g, images, nimages, why, why_size);
+  ok = ok && alloc_buffers(g, why, why_size);
+  ok = ok && setup_staging(g, why, why_size);
+  ok = ok && setup_tasks(g, why, why_size);
+  bool needs_gemm = false;
+  for (int i = 0; i < p->nlaunches; i++) needs_gemm |= p->launches[i].kind == LAUNCH_GEMM;
+  if (ok && needs_gemm) {
+    g->gemm = gemm_open(why, why_size);
+    ok = g->gemm != NULL;
+  }
+  if (!ok) {
+    gpu_exec_free(g);
+    return NULL;
+  }
+  g->stats.bytes_allocated = g->bytes_allocated;
+  return g;
+}
+
+void gpu_exec_free(GpuExec *g) {
+  if (!g) return;
+  const CudaDriver *d = g->d;
+  if (g->compute) d->cuStreamSynchronize(g->compute);
+  if (g->copy) d->cuStreamSynchronize(g->copy);
+  for (int i = 0; i < g->o.graph_cache; i++)
+    if (g->graphs[i].exec) d->cuGraphExecDestroy(g->graphs[i].exec);
+  free(g->graphs);
+  gemm_close(g->gemm);
+  for (int i = 0; g->buffers && i < g->p->nbuffers; i++)
+    if (g->buffers[i]) d->cuMemFree(g->buffers[i]);
+  free(g->buffers);
+  if (g->workspace) d->cuMemFree(g->workspace);
+  for (int s = 0; s < NSLOTS; s++) {
+    Slot *sl = &g->slots[s];
+    if (sl->host) d->cuMemFreeHost(sl->host);
+    if (sl->dev) d->cuMemFree(sl->dev);
+    if (sl->host_tiles) d->cuMemFreeHost(sl->host_tiles);
+    if (sl->dev_tiles) d->cuMemFree(sl->dev_tiles);
+    if (sl->uploaded) d->cuEventDestroy(sl->uploaded);
+    if (sl->consumed) d->cuEventDestroy(sl->consumed);
+    free(sl->totals);
+    free(sl->tile_count);
+    free(sl->tile_offset);
+  }
+  for (int m = 0; m < g->nmodules; m++) d->cuModuleUnload(g->modules[m]);
+  free(g->modules);
+  free(g->launch_fn);
+  free(g->feature_of);
+  free(g->feature_offset);
+  free(g->offsets_offset);
+  if (g->host_out) d->cuMemFreeHost(g->host_out);
+  if (g->host_out16) d->cuMemFreeHost(g->host_out16);
+  for (int k = 0; k < g->ntasks; k++) free(g->task_probs[k]);
+  free(g->task_probs);
+  free(g->task_logit);
+  if (g->step_start) d->cuEventDestroy(g->step_start);
+  if (g->step_end) d->cuEventDestroy(g->step_end);
+  if (g->readback) d->cuEventDestroy(g->readback);
+  if (g->compute) d->cuStreamDestroy(g->compute);
+  if (g->copy) d->cuStreamDestroy(g->copy);
+  free(g);
+}
+
+// --- addresses --------------------------------------------------------------------------
+
+// The device address of tensor t for the current batch: inputs live in the staging slot.
+static bool tensor_addr(const GpuExec *g, int t, CUdeviceptr *out) {
+  if (t < 0 || t >= g->ir->ntensors) return false;
+  int f = g->feature_of[t];
+  if (f >= 0) {
+    if (g->cur < 0) return false;
+    *out = g->slots[g->cur].dev + g->feature_offset[f];
+    return true;
+  }
+  int b = g->p->tensor_buffer[t];
+  if (b < 0) return false;
+  const Slot *s = g->cur >= 0 ? &g->slots[g->cur] : NULL;
+  *out = g->buffers[b] + (CUdeviceptr)sym(g->p->tensor_offset[t], s ? s->B : 0,
+                                          s ? s->totals : NULL);
+  return true;
+}
+
+typedef union ArgValue {
+  CUdeviceptr ptr;
+  int64_t i;
+  float f;
+} ArgValue;
+
+static bool arg_value(const GpuExec *g, const LaunchArg *a, int64_t step, ArgValue *v,
+                      char *why, size_t why_size) {
+  const Slot *s = &g->slots[g->cur];
+  switch (a->kind) {
+  case ARG_TENSOR:
+    if (!tensor_addr(g, a->tensor, &v->ptr))
+      return fail(why, why_size, "tensor %s has no storage", g->ir->tensors[a->tensor].name);
+    return true;
+  case ARG_GRAD: {
+    int gt = ir_grad_of(g->ir, a->tensor);
+    if (gt < 0 || !tensor_addr(g, gt, &v->ptr))
+      return fail(why, why_size, "the gradient of %s has no storage",
+                  g->ir->tensors[a->tensor].name);
+    return true;
+  }
+  case ARG_OPTSTATE: {
+    int b = g->p->optstate_buffer ? g->p->optstate_buffer[2 * a->tensor + a->slot] : -1;
+    if (b < 0)
+      return fail(why, why_size, "optimizer state %d of %s has no buffer", a->slot,
+                  g->ir->tensors[a->tensor].name);
+    v->ptr = g->buffers[b];
+    return true;
+  }
+  case ARG_OFFSETS: v->ptr = s->dev + g->offsets_offset[a->jag]; return true;
+  case ARG_SIZE: v->i = sym(a->size, s->B, s->totals); return true;
+  case ARG_INT: v->i = a->i; return true;
+  case ARG_FLOAT: v->f = a->f; return true;
+  case ARG_STEP: v->i = step; return true;
+  case ARG_TILES: v->ptr = s->dev_tiles + s->tile_offset[a->tiles] * 4; return true;
+  case ARG_WORKSPACE: v->ptr = g->workspace; return true;
+  case ARG_SCRATCH: {
+    const Scratch *sc = &g->p->scratch[a->slot];
+    v->ptr = g->buffers[sc->buffer] + (CUdeviceptr)sym(sc->offset, s->B, s->totals);
+    return true;
+  }
+  }
+  return fail(why, why_size, "unknown argument kind %d", (int)a->kind);
+}
+
+// --- launching --------------------------------------------------------------------------
+
+// How a tensor of dtype t is stored: fp8 and mxfp8 values as bf16.
+static DType stored_dtype(DType t) { return t == DT_F32 || t == DT_FP16 ? t : DT_BF16; }
+
+// The type of a GEMM's C: its tensor's, fp32 for a parameter's gradient, and for codegen
+// scratch (an fp32 pre-activation, say) what its size says: 4 bytes an element, or the
+// operands' type. (The plan names the operand type only.)
+static DType gemm_c_dtype(const GpuExec *g, const Launch *l) {
+  const LaunchArg *c = &l->gemm_c;
+  if (c->kind == ARG_TENSOR) return stored_dtype(g->ir->tensors[c->tensor].dtype);
+  if (c->kind == ARG_GRAD) return DT_F32;
+  if (c->kind == ARG_SCRATCH) {
+    const Slot *s = &g->slots[g->cur];
+    int64_t m = sym(l->gemm_m, s->B, s->totals), elems = m * l->gemm_n;
+    int64_t bytes = sym(g->p->scratch[c->slot].bytes, s->B, s->totals);
+    if (elems > 0 && bytes >= 4 * elems) return DT_F32;
+  }
+  return l->gemm_dtype;
+}
+
+static bool launch_one(GpuExec *g, int i, int64_t step, char *why, size_t why_size) {
+  const Launch *l = &g->p->launches[i];
+  const Slot *s = &g->slots[g->cur];
+  char sizes[512];
+  const CudaDriver *d = g->d;
+  switch (l->kind) {
+  case LAUNCH_ZERO: {
+    ArgValue v;
+    if (!arg_value(g, &l->zero_arg, step, &v, why, why_size)) return false;
+    int64_t bytes = sym(l->zero_bytes, s->B, s->totals);
+    if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(v.ptr, 0, (size_t)bytes, g->compute)))
+      return fail(why, why_size, "zeroing %" PRId64 " bytes for IR node %d (%s): %s", bytes,
+                  l->node, sizes_text(g, sizes, sizeof sizes), cuda_last_error());
+    return true;
+  }
+  case LAUNCH_GEMM: {
+    ArgValue a, b, c, bias = {0};
+    if (!arg_value(g, &l->gemm_a, step, &a, why, why_size) ||
+        !arg_value(g, &l->gemm_b, step, &b, why, why_size) ||
+        !arg_value(g, &l->gemm_c, step, &c, why, why_size) ||
+        (l->gemm_has_bias && !arg_value(g, &l->gemm_bias, step, &bias, why, why_size)))
+      return false;
+    GemmShape sh = {.m = sym(l->gemm_m, s->B, s->totals), .n = l->gemm_n,
+                    .c_dtype = gemm_c_dtype(g, l),
+                    .k = sym(l->gemm_k, s->B, s->totals), .trans_a = l->gemm_trans_a,
+                    .trans_b = l->gemm_trans_b, .dtype = l->gemm_dtype, .alpha = 1.0f,
+                    .beta = l->gemm_beta, .has_bias = l->gemm_has_bias,
+                    .bias_dtype = l->gemm_has_bias && l->gemm_bias.kind == ARG_TENSOR
+                                      ? stored_dtype(g->ir->tensors[l->gemm_bias.tensor].dtype)
+                                      : l->gemm_dtype,
+                    .act = l->gemm_act};
+    char e[512];
+    if (!gemm_run(g->gemm, &sh, a.ptr, b.ptr, c.ptr, bias.ptr, g->compute, e, sizeof e))
+      return fail(why, why_size, "launch %d (IR node %d, %s): %s", i, l->node,
+                  sizes_text(g, sizes, sizeof sizes), e);
+    return true;
+  }
+  case LAUNCH_KERNEL: break;
+  }
+  int64_t grid;
+  if (l->grid == GRID_TILES) {
+    grid = s->tile_count[l->tiles];
+  } else {
+    int64_t work = sym(l->size, s->B, s->totals);
+    grid = work <= 0 ? 0 : (work + l->per_block - 1) / l->per_block;
+  }
+  if (grid == 0) return true;  // an empty batch dim: nothing to do
+  if (grid > 0x7fffffff)
+    return fail(why, why_size, "kernel %s (IR node %d): grid of %" PRId64 " blocks is too "
+                "large (%s)", l->kernel, l->node, grid, sizes_text(g, sizes, sizeof sizes));
+  ArgValue vals[PLAN_MAX_ARGS];
+  void *params[PLAN_MAX_ARGS];
+  for (int a = 0; a < l->nargs; a++) {
+    if (!arg_value(g, &l->args[a], step, &vals[a], why, why_size)) return false;
+    if (l->args[a].kind == ARG_WORKSPACE) {
+      int64_t bytes = sym(l->args[a].size, s->B, s->totals);
+      if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(g->workspace, 0, (size_t)bytes, g->compute)))
+        return fail(why, why_size, "zeroing the workspace of kernel %s: %s", l->kernel,
+                    cuda_last_error());
+    }
+    params[a] = &vals[a];
+  }
+  if (!CU_CHECK(d->cuLaunchKernel(g->launch_fn[i], (unsigned)grid, 1, 1, (unsigned)l->threads,
+                                  1, 1, (unsigned)l->smem, g->compute, params, NULL)))
+    return fail(why, why_size, "launching kernel %s (IR node %d; grid %" PRId64 " x %d threads, "
+                "%d bytes of shared memory; %s): %s", l->kernel, l->node, grid, l->threads,
+                l->smem, sizes_text(g, sizes, sizeof sizes), cuda_last_error());
+  g->stats.launches++;
+  if (g->o.sync_each_launch && !CU_CHECK(d->cuStreamSynchronize(g->compute)))
+    return fail(why, why_size, "kernel %s (IR node %d; grid %" PRId64 " x %d threads; %s) "
+                "failed: %s", l->kernel, l->node, grid, l->threads,
+                sizes_text(g, sizes, sizeof sizes), cuda_last_error());
+  return true;
+}
+
+static bool in_phase(const Launch *l, int phases) {
+  int ph = l->optimizer ? GPU_OPTIMIZER : l->backward ? GPU_BACKWARD : GPU_FORWARD;
+  return (phases & ph) != 0;
+}
+
+static bool launch_phase(GpuExec *g, int phases, int64_t step, char *why, size_t why_size) {
+  for (int i = 0; i < g->p->nlaunches; i++)
+    if (in_phase(&g->p->launches[i], phases) && !launch_one(g, i, step, why, why_size))
+      return false;
+  return true;
+}
+
+// The shape key of the current batch: B, every total, every tile count, the slot.
+static uint64_t shape_key(const GpuExec *g, int phases) {
+  const Slot *s = &g->slots[g->cur];
+  uint64_t h = 0xcbf29ce484222325ull;
+  int64_t parts[4] = {s->B, g->cur, phases, (int64_t)s->dev_tiles};
+  for (int i = 0; i < 4; i++) h = (h ^ (uint64_t)parts[i]) * 0x100000001b3ull;
+  for (int j = 0; j < g->ir->njagged; j++) h = (h ^ (uint64_t)s->totals[j]) * 0x100000001b3ull;
+  for (int t = 0; t < g->p->ntiles; t++) h = (h ^ (uint64_t)s->tile_count[t]) * 0x100000001b3ull;
+  return h;
+}
+
+// Runs the launches of `phases` (no optimizer) through a graph for this shape. A shape seen
+// for the first time runs directly (most jagged shapes never come back, and a capture costs
+// more than it saves on one run); the second time it is captured, then replayed.
+static bool launch_graphed(GpuExec *g, int phases, char *why, size_t why_size) {
+  uint64_t key = shape_key(g, phases);
+  Graph *slot = NULL, *oldest = &g->graphs[0];
+  for (int i = 0; i < g->o.graph_cache; i++) {
+    Graph *gr = &g->graphs[i];
+    if (gr->exec && gr->key == key && gr->phases == phases) slot = gr;
+    if (gr->last_used < oldest->last_used) oldest = gr;
+  }
+  const CudaDriver *d = g->d;
+  if (!slot) {
+    bool seen = false;
+    for (int i = 0; i < 64 && !seen; i++) seen = g->seen[i] == key;
+    if (!seen) {
+      g->seen[g->seen_next] = key;
+      g->seen_next = (g->seen_next + 1) % 64;
+      return launch_phase(g, phases, 0, why, why_size);
+    }
+    slot = oldest;
+    if (slot->exec) d->cuGraphExecDestroy(slot->exec);
+    slot->exec = NULL;
+    if (!CU_CHECK(d->cuStreamBeginCapture(g->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)))
+      return fail(why, why_size, "starting a CUDA graph capture: %s", cuda_last_error());
+    g->capture_failed = true;  // until the graph exists: nothing has run
+    bool ok = launch_phase(g, phases, 0, why, why_size);
+    CUgraph graph = NULL;
+    bool ended = CU_CHECK(d->cuStreamEndCapture(g->compute, &graph));
+    if (!ok) {
+      if (graph) d->cuGraphDestroy(graph);
+      return false;
+    }
+    if (!ended) return fail(why, why_size, "ending a CUDA graph capture: %s", cuda_last_error());
+    ok = CU_CHECK(d->cuGraphInstantiateWithFlags(&slot->exec, graph, 0));
+    d->cuGraphDestroy(graph);
+    if (!ok) return fail(why, why_size, "instantiating a CUDA graph: %s", cuda_last_error());
+    g->capture_failed = false;
+    slot->key = key;
+    slot->phases = phases;
+    g->stats.graph_captures++;
+  } else {
+    g->stats.graph_replays++;
+  }
+  slot->last_used = ++g->step_calls;
+  if (!CU_CHECK(d->cuGraphLaunch(slot->exec, g->compute)))
+    return fail(why, why_size, "launching the step's CUDA graph: %s", cuda_last_error());
+  return true;
+}
+
+// After the forward launches: the loss and the logits go to pinned memory (their buffers may
+// be reused by the backward pass).
+static bool queue_readback(GpuExec *g, char *why, size_t why_size) {
+  const Slot *s = &g->slots[g->cur];
+  const CudaDriver *d = g->d;
+  CUdeviceptr p;
+  g->host_out[0] = NAN;
+  if (g->ir->loss >= 0 && tensor_addr(g, g->ir->loss, &p) &&
+      !CU_CHECK(d->cuMemcpyDtoHAsync(g->host_out, p, 4, g->compute)))
+    return fail(why, why_size, "reading the loss: %s", cuda_last_error());
+  for (int k = 0; k < g->ntasks; k++) {
+    if (!tensor_addr(g, g->task_logit[k], &p)) continue;
+    DType dt = g->ir->tensors[g->task_logit[k]].dtype;
+    size_t off = 1 + (size_t)k * (size_t)g->o.max_batch;
+    bool ok = dt == DT_F32
+                  ? CU_CHECK(d->cuMemcpyDtoHAsync(g->host_out + off, p, (size_t)s->B * 4,
+                                                  g->compute))
+                  : CU_CHECK(d->cuMemcpyDtoHAsync(g->host_out16 + off, p, (size_t)s->B * 2,
+                                                  g->compute));
+    if (!ok) return fail(why, why_size, "reading the logits: %s", cuda_last_error());
+  }
+  g->readback_queued = true;
+  return true;
+}
+
+// One phase, through a graph when graphs are on. A capture that fails (a launch that cannot be
+// captured) turns graphs off for the rest of the run, with a note, and runs the phase directly.
+static bool run_phase(GpuExec *g, int phase, int64_t step, char *why, size_t why_size) {
+  if (!g->o.graphs || g->o.sync_each_launch) return launch_phase(g, phase, step, why, why_size);
+  g->capture_failed = false;
+  if (launch_graphed(g, phase, why, why_size)) return true;
+  if (!g->capture_failed) return false;  // a launch failed for real
+  fprintf(stderr, "gemc: note: CUDA graphs turned off: %s\n", why);
+  g->o.graphs = false;
+  return launch_phase(g, phase, step, why, why_size);
+}
+
+bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *why, size_t why_size) {
+  if (g->cur < 0) return fail(why, why_size, "no batch was set");
+  Slot *s = &g->slots[g->cur];
+  const CudaDriver *d = g->d;
+  g->readback_queued = false;
+  g->inflight = g->cur;
+  if (!CU_CHECK(d->cuStreamWaitEvent(g->compute, s->uploaded, 0)) ||
+      !CU_CHECK(d->cuEventRecord(g->step_start, g->compute)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  if ((phases & GPU_FORWARD) && (!run_phase(g, GPU_FORWARD, step, why, why_size) ||
+                                 !queue_readback(g, why, why_size)))
+    return false;
+  if ((phases & GPU_BACKWARD) && !run_phase(g, GPU_BACKWARD, step, why, why_size))
+    return false;
+  if ((phases & GPU_OPTIMIZER) && !launch_phase(g, GPU_OPTIMIZER, step, why, why_size))
+    return false;
+  if (!CU_CHECK(d->cuEventRecord(g->step_end, g->compute)) ||
+      !CU_CHECK(d->cuEventRecord(s->consumed, g->compute)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  g->stats.steps++;
+  return true;
+}
+
+bool gpu_exec_finish(GpuExec *g, double *loss, char *why, size_t why_size) {
+  const CudaDriver *d = g->d;
+  char sizes[512];
+  if (!CU_CHECK(d->cuEventSynchronize(g->step_end)))
+    return fail(why, why_size, "a kernel failed during the step (%s): %s; run with "
+                "GEMC_CUDA_SYNC=1 to name it", sizes_text(g, sizes, sizeof sizes),
+                cuda_last_error());
+  float ms = 0;
+  if (d->cuEventElapsedTime(&ms, g->step_start, g->step_end) == CU_SUCCESS)
+    g->stats.device_ms = ms;
+  if (!g->readback_queued) {
+    if (loss) *loss = NAN;
+    return true;
+  }
+  const Slot *s = &g->slots[g->inflight];
+  if (loss) *loss = g->host_out[0];
+  for (int k = 0; k < g->ntasks; k++) {
+    DType dt = g->ir->tensors[g->task_logit[k]].dtype;
+    size_t off = 1 + (size_t)k * (size_t)g->o.max_batch;
+    for (int64_t b = 0; b < s->B; b++) {
+      double z = dt == DT_F32 ? g->host_out[off + (size_t)b]
+                 : dt == DT_FP16 ? (double)fp16_decode(g->host_out16[off + (size_t)b])
+                                 : (double)bf16_decode(g->host_out16[off + (size_t)b]);
+      g->task_probs[k][b] = (float)(z >= 0 ? 1 / (1 + exp(-z)) : exp(z) / (1 + exp(z)));
+    }
+  }
+  return true;
+}
+
+bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *why,
+                        size_t why_size) {
+  if (g->cur < 0) return fail(why, why_size, "no batch was set");
+  const CudaDriver *d = g->d;
+  if (!CU_CHECK(d->cuStreamWaitEvent(g->compute, g->slots[g->cur].uploaded, 0)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  for (int i = from; i < to; i++)
+    if (!launch_one(g, i, step, why, why_size)) return false;
+  if (!CU_CHECK(d->cuEventRecord(g->slots[g->cur].consumed, g->compute)) ||
+      !CU_CHECK(d->cuStreamSynchronize(g->compute)))
+    return fail(why, why_size, "launches %d..%d: %s", from, to - 1, cuda_last_error());
+  return true;
+}
+
+// --- batches ----------------------------------------------------------------------------
+
+static void encode_values(void *dst, const float *src, int64_t n, DType dt) {
+  if (dt == DT_F32) {
+    memcpy(dst, src, (size_t)n * 4);
+    return;
+  }
+  uint16_t *h = dst;
+  for (int64_t i = 0; i < n; i++)
+    h[i] = dt == DT_FP16 ? fp16_encode(src[i]) : bf16_encode(src[i]);
+}
+
+// Builds every tile list of the batch into the slot's pinned memory (growing it and its device
+// copy as needed) and enqueues their upload.
+static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *why, size_t why_size) {
+  const CudaDriver *d = g->d;
+  size_t used = 0;
+  for (int t = 0; t < g->p->ntiles; t++) {
+    const TileList *tl = &g->p->tiles[t];
+    int32_t *words = NULL;
+    int64_t n = gpu_tiles_build(tl, b->B, tl->q_jag >= 0 ? b->offsets[tl->q_jag] : NULL,
+                                tl->kv_jag >= 0 ? b->offsets[tl->kv_jag] : NULL,
+                                tl->zigzag ? g->ctx->sm_count : 0, &words);
+    if (n < 0) return fail(why, why_size, "out of memory building attention tiles");
+    size_t need = used + (size_t)n * GPU_TILE_INTS;
+    if ((int64_t)need > sl->tile_words_cap) {
+      // Grow both copies; the slot's earlier upload and readers are done (see set_batch), but
+      // the lists already packed for this batch must be kept.
+      int64_t cap = sl->tile_words_cap ? sl->tile_words_cap : 1 << 16;
+      while (cap < (int64_t)need) cap *= 2;
+      int32_t *host = NULL;
+      if (!CU_CHECK(d->cuMemAllocHost((void **)&host, (size_t)cap * 4))) {
+        free(words);
+        return fail(why, why_size, "pinned memory for tile lists: %s", cuda_last_error());
+      }
+      if (used) memcpy(host, sl->host_tiles, used * 4);
+      if (sl->host_tiles) d->cuMemFreeHost(sl->host_tiles);
+      if (sl->dev_tiles) d->cuMemFree(sl->dev_tiles);
+      sl->host_tiles = host;
+      sl->dev_tiles = 0;
+      if (!alloc_device(g, &sl->dev_tiles, (size_t)cap * 4, "attention tile lists", why,
+                        why_size)) {
+        free(words);
+        return false;
+      }
+      sl->tile_words_cap = cap;
+    }
+    if (n > 0) memcpy(sl->host_tiles + used, words, (size_t)n * GPU_TILE_INTS * 4);
+    free(words);
+    sl->tile_count[t] = n;
+    sl->tile_offset[t] = used;
+    used = (need + 63) / 64 * 64;
+  }
+  if (used > 0 && !CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev_tiles, sl->host_tiles, used * 4,
+                                                 g->copy)))
+    return fail(why, why_size, "uploading the tile lists: %s", cuda_last_error());
+  return true;
+}
+
+bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *why, size_t why_size) {
+  const CudaDriver *d = g->d;
+  const Ir *ir = g->ir;
+  if (b->B > g->o.max_batch)
+    return fail(why, why_size, "a batch of %" PRId64 " examples; the GPU executor was set up "
+                "for at most %" PRId64, b->B, g->o.max_batch);
+  for (int j = 0; j < ir->njagged; j++)
+    if (b->offsets[j][b->B] > b->B * ir->jagged[j].max_len)
+      return fail(why, why_size, "jagged dim %s: total %" PRId64 " exceeds B x max length",
+                  ir->jagged[j].name, b->offsets[j][b->B]);
+  Slot *sl = &g->slots[g->next];
+  // The slot's pinned memory must not be overwritten while its previous upload runs, nor its
+  // device copy while a step still reads it.
+  if (sl->used && (!CU_CHECK(d->cuEventSynchronize(sl->uploaded)) ||
+                   !CU_CHECK(d->cuEventSynchronize(sl->consumed))))
+    return fail(why, why_size, "waiting for the previous use of a batch slot: %s",
+                cuda_last_error());
+  sl->B = b->B;
+  unsigned char *host = sl->host;
+  for (int j = 0; j < ir->njagged; j++) {
+    sl->totals[j] = b->offsets[j][b->B];
+    memcpy(host + g->offsets_offset[j], b->offsets[j], (size_t)(b->B + 1) * 8);
+  }
+  size_t upto = 0;
+  for (int f = 0; f < g->schema.nfeatures; f++) {
+    const Feature *ft = &g->schema.features[f];
+    int t = ft->tensor;
+    int64_t rows, width;
+    tensor_shape(g, t, b->B, sl->totals, &rows, &width);
+    void *dst = host + g->feature_offset[f];
+    DType dt = ir->tensors[t].dtype;
+    if (ft->kind == FEATURE_IDS)
+      memcpy(dst, b->ids[f], (size_t)(rows * width) * 8);
+    else
+      encode_values(dst, b->values[f], rows * width, dt);
+    size_t end = g->feature_offset[f] + (size_t)(rows * width * gpu_dtype_bytes(dt));
+    if (end > upto) upto = end;
+  }
+  for (int j = 0; j < ir->njagged; j++) {
+    size_t end = g->offsets_offset[j] + (size_t)(b->B + 1) * 8;
+    if (end > upto) upto = end;
+  }
+  // One copy of the whole used prefix: the regions are laid out back to back.
+  if (upto > 0 && !CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev, sl->host, upto, g->copy)))
+    return fail(why, why_size, "uploading the batch: %s", cuda_last_error());
+  if (g->p->ntiles > 0 && !build_tiles(g, sl, b, why, why_size)) return false;
+  if (!CU_CHECK(d->cuEventRecord(sl->uploaded, g->copy)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  sl->used = true;
+  g->cur = g->next;
+  g->next = (g->next + 1) % NSLOTS;
+  return true;
+}
+
+// --- parameters and tensors -------------------------------------------------------------
+
+static int64_t stored_numel(const GpuExec *g, int t) {
+  const Slot *s = g->cur >= 0 ? &g->slots[g->cur] : NULL;
+  int64_t zero[64] = {0};
+  int64_t rows, width;
+  tensor_shape(g, t, s ? s->B : 0, s ? s->totals : zero, &rows, &width);
+  return rows * width;
+}
+
+bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *why,
+                           size_t why_size) {
+  CUdeviceptr p;
+  if (!tensor_addr(g, t, &p))
+    return fail(why, why_size, "tensor %s has no storage", g->ir->tensors[t].name);
+  DType dt = g->ir->tensors[t].dtype;
+  size_t bytes = (size_t)(numel * gpu_dtype_bytes(dt));
+  void *tmp = xcalloc(bytes ? bytes : 1, 1);
+  if (dt == DT_I64) {
+    for (int64_t i = 0; i < numel; i++) ((int64_t *)tmp)[i] = (int64_t)data[i];
+  } else {
+    encode_values(tmp, data, numel, dt);
+  }
+  // On the compute stream (not the legacy default stream, which the non-blocking compute
+  // stream does not wait for), then waited for, so tmp can go and later launches see it.
+  bool ok = bytes == 0 || (CU_CHECK(g->d->cuStreamSynchronize(g->compute)) &&
+                           CU_CHECK(g->d->cuMemcpyHtoDAsync(p, tmp, bytes, g->compute)) &&
+                           CU_CHECK(g->d->cuStreamSynchronize(g->compute)));
+  free(tmp);
+  return ok || fail(why, why_size, "writing tensor %s: %s", g->ir->tensors[t].name,
+                    cuda_last_error());
+}
+
+static void decode_values(float *dst, const void *src, int64_t n, DType dt) {
+  if (dt == DT_F32) {
+    memcpy(dst, src, (size_t)n * 4);
+  } else if (dt == DT_I64) {
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)((const int64_t *)src)[i];
+  } else if (dt == DT_F64) {
+    for (int64_t i = 0; i < n; i++) dst[i] = (float)((const double *)src)[i];
+  } else {
+    const uint16_t *h = src;
+    for (int64_t i = 0; i < n; i++) dst[i] = dt == DT_FP16 ? fp16_decode(h[i]) : bf16_decode(h[i]);
+  }
+}
+
+bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *numel,
+                          int64_t *nrows, int64_t **row_ids, char *why, size_t why_size) {
+  CUdeviceptr p;
+  const Tensor *tt = &g->ir->tensors[t];
+  if (!tensor_addr(g, t, &p)) return fail(why, why_size, "tensor %s has no storage", tt->name);
+  const CudaDriver *d = g->d;
+  if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  if (tt->layout == LAYOUT_ROWS) {
+    // [int64 U][int64 ids[Umax]][fp32 Umax x D]
+    const Slot *sl = g->cur >= 0 ? &g->slots[g->cur] : NULL;
+    int64_t zero[64] = {0}, umax, width, u = 0;
+    tensor_shape(g, t, sl ? sl->B : 0, sl ? sl->totals : zero, &umax, &width);
+    if (!CU_CHECK(d->cuMemcpyDtoH(&u, p, 8)))
+      return fail(why, why_size, "reading %s: %s", tt->name, cuda_last_error());
+    if (u < 0 || u > umax)
+      return fail(why, why_size, "%s holds %" PRId64 " rows, more than its %" PRId64,
+                  tt->name, u, umax);
+    if (u * width > cap) return fail(why, why_size, "%s: output too small", tt->name);
+    int64_t *ids = xcalloc((size_t)u + 1, 8);
+    bool ok = (u == 0 || CU_CHECK(d->cuMemcpyDtoH(ids, p + 8, (size_t)u * 8))) &&
+              (u == 0 || CU_CHECK(d->cuMemcpyDtoH(out, p + 8 + (CUdeviceptr)umax * 8,
+                                                  (size_t)(u * width) * 4)));
+    if (!ok) {
+      free(ids);
+      return fail(why, why_size, "reading %s: %s", tt->name, cuda_last_error());
+    }
+    if (nrows) *nrows = u;
+    if (row_ids) *row_ids = ids;
+    else free(ids);
+    *numel = u * width;
+    return true;
+  }
+  int64_t n = stored_numel(g, t);
+  if (n > cap) return fail(why, why_size, "%s: output too small", tt->name);
+  size_t bytes = (size_t)(n * gpu_dtype_bytes(tt->dtype));
+  void *tmp = xcalloc(bytes ? bytes : 1, 1);
+  bool ok = bytes == 0 || CU_CHECK(d->cuMemcpyDtoH(tmp, p, bytes));
+  if (ok) decode_values(out, tmp, n, tt->dtype);
+  free(tmp);
+  if (!ok) return fail(why, why_size, "reading %s: %s", tt->name, cuda_last_error());
+  *numel = n;
+  if (nrows) *nrows = 0;
+  if (row_ids) *row_ids = NULL;
+  return true;
+}
+
+bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *why, size_t why_size) {
+  const CudaDriver *d = g->d;
+  for (int i = 0; i < g->p->nbuffers; i++) {
+    if (!g->p->buffers[i].persistent) continue;
+    int64_t bytes = sym(g->p->buffers[i].bytes, 0, NULL);
+    if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(g->buffers[i], 0, (size_t)bytes, g->compute)))
+      return fail(why, why_size, "zeroing %s: %s", g->p->buffers[i].name, cuda_last_error());
+  }
+  for (int t = 0; t < g->ir->ntensors; t++) {
+    const Tensor *tt = &g->ir->tensors[t];
+    if (tt->kind != TENSOR_PARAM && tt->kind != TENSOR_TABLE) continue;
+    const float *src = cpu_exec_data(x, t);
+    if (!src || g->p->tensor_buffer[t] < 0) continue;
+    if (!gpu_exec_write_tensor(g, t, src, cpu_exec_numel(x, t), why, why_size)) return false;
+  }
+  return CU_CHECK(d->cuStreamSynchronize(g->compute)) ||
+         fail(why, why_size, "%s", cuda_last_error());
+}
+
+bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size) {
+  for (int t = 0; t < g->ir->ntensors; t++) {
+    const Tensor *tt = &g->ir->tensors[t];
+    if (tt->kind != TENSOR_PARAM && tt->kind != TENSOR_TABLE) continue;
+    float *dst = cpu_exec_data(x, t);
+    if (!dst || g->p->tensor_buffer[t] < 0) continue;
+    int64_t n = cpu_exec_numel(x, t), got = 0;
+    if (!gpu_exec_read_tensor(g, t, dst, n, &got, NULL, NULL, why, why_size)) return false;
+  }
+  return true;
+}
+
+// Copies the optimizer state of tensor t between the plan's buffers and s, one slot at a time,
+// on the compute stream, and waits: the host arrays are the caller's.
+static bool transfer_optstate(GpuExec *g, int t, const OptimState *s, bool upload, char *why,
+                              size_t why_size) {
+  if (!gpu_optstate_check(g->p, t, s, why, why_size)) return false;
+  const CudaDriver *d = g->d;
+  if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
+    return fail(why, why_size, "%s", cuda_last_error());
+  for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
+    int64_t n = gpu_optstate_numel(g->p, t, slot);
+    if (n <= 0) continue;
+    CUdeviceptr dev = g->buffers[g->p->optstate_buffer[2 * t + slot]];
+    void *host = gpu_optstate_host(s, slot);
+    bool ok = upload ? CU_CHECK(d->cuMemcpyHtoDAsync(dev, host, (size_t)n * 4, g->compute))
+                     : CU_CHECK(d->cuMemcpyDtoHAsync(host, dev, (size_t)n * 4, g->compute));
+    if (!ok)
+      return fail(why, why_size, "%s optimizer state %d of %s: %s", upload ? "writing" : "reading",
+                  slot, g->ir->tensors[t].name, cuda_last_error());
+  }
+  return CU_CHECK(d->cuStreamSynchronize(g->compute)) ||
+         fail(why, why_size, "%s the optimizer state of %s: %s", upload ? "writing" : "reading",
+              g->ir->tensors[t].name, cuda_last_error());
+}
+
+bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size) {
+  return transfer_optstate(g, t, s, false, why, why_size);
+}
+
+bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
+                              size_t why_size) {
+  return transfer_optstate(g, t, s, true, why, why_size);
+}
+
+int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }
+const float *gpu_exec_task_probs(const GpuExec *g, int task) { return g->task_probs[task]; }
+
+void gpu_exec_stats(const GpuExec *g, GpuExecStats *out) { *out = g->stats; }

@@ -1,0 +1,287 @@
+// train_gpu.c: the GpuSession of train_gpu.h: device, plan, kernels (JIT with the disk cache,
+// in parallel per kernel when there are many, or an artifact's cubin), and the GpuExec.
+#include "train_gpu.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "arena.h"
+#include "artifact.h"
+#include "checked.h"
+#include "version.h"
+#include "cuda_driver.h"
+#include "diag.h"
+#include "gpu_exec.h"
+#include "jit_cache.h"
+#include "nvrtc_compile.h"
+#include "lower.h"
+#include "plan.h"
+
+// Below this many kernels one module compile beats the split's repeated prelude.
+enum { SPLIT_MIN_KERNELS = 8 };
+
+struct GpuSession {
+  CudaContext ctx;
+  bool ctx_open;
+  Arena arena;
+  Plan plan;
+  GpuExec *x;
+  JitUnit *units;
+  int nunits;
+  bool own_sources;  // units[i].source are the split's strings
+  int nkernels;
+  double cold, warm;
+  char device[256];
+};
+
+// JitCompileFn over the codegen's NVRTC wrapper (its options are fixed: the key names them).
+static bool nvrtc_unit(void *ctx, const char *source, const char *name, const char *arch,
+                       const char *const *options, int noptions, void **image, size_t *size,
+                       char *log, size_t log_size) {
+  (void)ctx;
+  (void)options;
+  (void)noptions;
+  char *out = NULL;
+  if (!nvrtc_compile(source, name, arch, NVRTC_CUBIN, &out, size, NULL, log, log_size))
+    return false;
+  *image = out;
+  return true;
+}
+
+static char *plan_text(const Plan *p) {
+  char *buf = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&buf, &n);
+  if (!f) return NULL;
+  plan_print(f, p);
+  fclose(f);
+  return buf;
+}
+
+// Compiles the plan's source for the session's arch through the cache: one unit per kernel
+// when there are many (in parallel), else the whole module; the split falls back to the whole
+// module when a kernel needs something defined between kernels.
+static bool jit_kernels(GpuSession *s, FILE *log, char *err, size_t err_size) {
+  char why[512];
+  if (!nvrtc_available(why, sizeof why))
+    return fail(err, err_size, "NVRTC is needed to compile the kernels (or use --artifact): %s",
+                why);
+  char dir[4096];
+  bool cache = jit_cache_dir(dir, sizeof dir, why, sizeof why);
+  if (!cache && log) fprintf(log, "  (no kernel cache: %s)\n", why);
+  static const char *const options[] = {"nvrtc_compile defaults", "cubin"};
+  JitRequest r = {.arch = s->ctx.arch, .options = options, .noptions = 2,
+                  .compiler_version = nvrtc_version(), .gemc_version = GEMC_VERSION,
+                  .cache_dir = cache ? dir : NULL, .compile = nvrtc_unit};
+  char **parts = NULL;
+  int nparts = jit_split_source(s->plan.source, &parts);
+  s->nkernels = nparts;
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  bool split = nparts >= SPLIT_MIN_KERNELS && cpus > 1 && getenv("GEMC_JIT_ONE_MODULE") == NULL;
+  JitStats st = {0};
+  char jerr[8192];
+  bool ok = false;
+  if (split) {
+    s->units = calloc((size_t)nparts, sizeof *s->units);
+    s->nunits = nparts;
+    for (int i = 0; i < nparts; i++) {
+      s->units[i].source = parts[i];
+      s->units[i].name = "kernel";  // named by its text in the log
+    }
+    ok = jit_compile_units(&r, s->units, nparts, &st, jerr, sizeof jerr);
+    if (!ok && log)
+      fprintf(log, "  (per-kernel compile failed, compiling the module whole)\n");
+    if (!ok) {
+      free(s->units);
+      s->units = NULL;
+    }
+  }
+  if (!ok) {
+    s->units = calloc(1, sizeof *s->units);
+    s->nunits = 1;
+    s->units[0] = (JitUnit){.name = "module", .source = s->plan.source};
+    ok = jit_compile_units(&r, s->units, 1, &st, jerr, sizeof jerr);
+  }
+  if (ok) {
+    s->cold = st.misses > 0 ? st.seconds : NAN;
+    // The warm time: the same units again, from the cache.
+    JitUnit *again = calloc((size_t)s->nunits, sizeof *again);
+    for (int i = 0; i < s->nunits; i++) again[i] = (JitUnit){.name = s->units[i].name,
+                                                             .source = s->units[i].source};
+    JitStats w;
+    if (cache && jit_compile_units(&r, again, s->nunits, &w, jerr, sizeof jerr)) {
+      s->warm = w.seconds;
+      if (isnan(s->cold) && st.hits == s->nunits) s->warm = st.seconds < w.seconds ? st.seconds
+                                                                                    : w.seconds;
+    } else {
+      s->warm = NAN;
+    }
+    jit_units_free(again, s->nunits);
+    free(again);
+    if (log) {
+      fprintf(log, "  kernels  %d in %d NVRTC unit%s for %s (NVRTC %d.%d): ", nparts, s->nunits,
+              s->nunits == 1 ? "" : "s", s->ctx.arch, nvrtc_version() / 1000,
+              nvrtc_version() % 1000 / 10);
+      if (isnan(s->cold)) fprintf(log, "cold compile skipped (cache hit)");
+      else fprintf(log, "cold compile %.2f s", s->cold);
+      if (!isnan(s->warm)) fprintf(log, ", warm (cache) %.3f s", s->warm);
+      fprintf(log, "\n");
+    }
+  }
+  // The per-kernel sources live on in s->units when the split was used (freed in close).
+  s->own_sources = ok && split && s->nunits > 1;
+  if (!s->own_sources)
+    for (int i = 0; i < nparts; i++) free(parts[i]);
+  free(parts);
+  if (!ok) return fail(err, err_size, "%s", jerr);
+  return true;
+}
+
+static bool from_artifact(GpuSession *s, const GpuSessionOptions *o, const Ir *ir, FILE *log,
+                          char *err, size_t err_size) {
+  Artifact a;
+  char why[1024];
+  if (!artifact_read(o->artifact, &a, why, sizeof why)) return fail(err, err_size, "%s", why);
+  const ArtifactCubin *c = NULL;
+  if (!artifact_check(&a, o->model_key, ir->model, GEMC_VERSION, s->ctx.arch, &c, why,
+                      sizeof why)) {
+    artifact_free(&a);
+    return fail(err, err_size, "%s: %s", o->artifact, why);
+  }
+  // The plan is rebuilt (deterministic, no NVRTC) and must be the one the cubin was made for.
+  char *text = plan_text(&s->plan);
+  bool same = text && strcmp(text, c->plan_text) == 0 && strcmp(s->plan.source, c->source) == 0;
+  free(text);
+  if (!same) {
+    artifact_free(&a);
+    return fail(err, err_size, "%s: its plan for %s differs from the one this gemc builds for "
+                "the model; rebuild it with `gemc build`", o->artifact, s->ctx.arch);
+  }
+  s->units = calloc(1, sizeof *s->units);
+  s->nunits = 1;
+  s->units[0].name = "artifact";
+  s->units[0].image = malloc(c->size);
+  memcpy(s->units[0].image, c->image, c->size);
+  s->units[0].size = c->size;
+  s->cold = s->warm = NAN;
+  char **parts = NULL;
+  s->nkernels = jit_split_source(s->plan.source, &parts);
+  for (int i = 0; i < s->nkernels; i++) free(parts[i]);
+  free(parts);
+  if (log)
+    fprintf(log, "  kernels  %d from artifact %s (%s cubin, %zu bytes; no NVRTC)\n", s->nkernels,
+            o->artifact, c->arch, c->size);
+  artifact_free(&a);
+  return true;
+}
+
+GpuSession *gpu_session_open(const Ir *ir, CpuExec *init, const GpuSessionOptions *o,
+                             char *err, size_t err_size) {
+  GpuSession *s = calloc(1, sizeof *s);
+  char why[1024];
+  if (!cuda_context_open(&s->ctx, -1, why, sizeof why)) {
+    fail(err, err_size, "no usable GPU: %s", why);
+    goto bad;
+  }
+  s->ctx_open = true;
+  snprintf(s->device, sizeof s->device, "%s (%s, %d SMs, %.0f GiB)", s->ctx.name, s->ctx.arch,
+           s->ctx.sm_count, (double)s->ctx.total_mem / (1 << 30));
+  if (strcmp(s->ctx.arch, "sm_90a") != 0 && strcmp(s->ctx.arch, "sm_100a") != 0) {
+    fail(err, err_size, "gemc generates code for sm_90a and sm_100a; this GPU (%s) is %s",
+         s->ctx.name, s->ctx.arch);
+    goto bad;
+  }
+  Diag d;
+  diag_init(&d, NULL, stderr);
+  if (!plan_build(ir, s->ctx.arch, &s->arena, &d, &s->plan)) {
+    fail(err, err_size, "code generation failed for %s (see the messages above)", s->ctx.arch);
+    goto bad;
+  }
+  if (o->artifact ? !from_artifact(s, o, ir, o->log, err, err_size)
+                  : !jit_kernels(s, o->log, err, err_size))
+    goto bad;
+  const void **images = calloc((size_t)s->nunits, sizeof *images);
+  for (int i = 0; i < s->nunits; i++) images[i] = s->units[i].image;
+  const char *graphs_env = getenv("GEMC_CUDA_GRAPHS");
+  const char *sync_env = getenv("GEMC_CUDA_SYNC");
+  GpuExecOptions xo = {.max_batch = o->max_batch,
+                       .graphs = o->graphs && !(graphs_env && strcmp(graphs_env, "0") == 0),
+                       .sync_each_launch = sync_env && strcmp(sync_env, "1") == 0};
+  s->x = gpu_exec_new(&s->plan, &s->ctx, (const void *const *)images, s->nunits, &xo, why,
+                      sizeof why);
+  free(images);
+  if (!s->x) {
+    fail(err, err_size, "%s", why);
+    goto bad;
+  }
+  if (!gpu_exec_upload_params(s->x, init, why, sizeof why)) {
+    fail(err, err_size, "uploading the parameters: %s", why);
+    goto bad;
+  }
+  return s;
+bad:
+  gpu_session_close(s);
+  return NULL;
+}
+
+void gpu_session_close(GpuSession *s) {
+  if (!s) return;
+  gpu_exec_free(s->x);
+  if (s->units) {
+    for (int i = 0; s->own_sources && i < s->nunits; i++)
+      free((char *)(uintptr_t)s->units[i].source);
+    jit_units_free(s->units, s->nunits);
+    free(s->units);
+  }
+  if (s->ctx_open) cuda_context_close(&s->ctx);
+  arena_free(&s->arena);
+  free(s);
+}
+
+bool gpu_session_set_batch(GpuSession *s, const Batch *b, char *err, size_t err_size) {
+  return gpu_exec_set_batch(s->x, b, err, err_size);
+}
+
+bool gpu_session_launch(GpuSession *s, bool train, int64_t step, char *err, size_t err_size) {
+  return gpu_exec_launch(s->x, train ? GPU_TRAIN : GPU_FORWARD, step, err, err_size);
+}
+
+bool gpu_session_finish(GpuSession *s, double *loss, char *err, size_t err_size) {
+  return gpu_exec_finish(s->x, loss, err, err_size);
+}
+
+const float *gpu_session_probs(const GpuSession *s, int task) {
+  return gpu_exec_task_probs(s->x, task);
+}
+
+bool gpu_session_download(GpuSession *s, CpuExec *x, char *err, size_t err_size) {
+  return gpu_exec_download_params(s->x, x, err, err_size);
+}
+
+bool gpu_session_upload(GpuSession *s, CpuExec *x, char *err, size_t err_size) {
+  return gpu_exec_upload_params(s->x, x, err, err_size);
+}
+
+bool gpu_session_download_optstate(GpuSession *s, int tensor, OptimState *st, char *err,
+                                   size_t err_size) {
+  return gpu_exec_download_optstate(s->x, tensor, st, err, err_size);
+}
+
+bool gpu_session_upload_optstate(GpuSession *s, int tensor, const OptimState *st, char *err,
+                                 size_t err_size) {
+  return gpu_exec_upload_optstate(s->x, tensor, st, err, err_size);
+}
+
+const char *gpu_session_device(const GpuSession *s) { return s->device; }
+const char *gpu_session_arch(const GpuSession *s) { return s->ctx.arch; }
+double gpu_session_compile_cold(const GpuSession *s) { return s->cold; }
+double gpu_session_compile_warm(const GpuSession *s) { return s->warm; }
+int gpu_session_kernels(const GpuSession *s) { return s->nkernels; }
+double gpu_session_device_ms(const GpuSession *s) {
+  GpuExecStats st;
+  gpu_exec_stats(s->x, &st);
+  return st.device_ms;
+}
