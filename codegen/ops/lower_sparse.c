@@ -293,9 +293,9 @@ bool lower_optimizer(Lower *L, int param) {
   char name[300], id[256], body[2048];
   ident(id, sizeof id, t->name);
   snprintf(name, sizeof name, "%s_%s", optim_name(o.kind), id);
-  const char *file = ir->source ? strrchr(ir->source, '/') : NULL;
-  sb_printf(&L->src, "\n// %s:%d:%d %s @%s (optimizer)\n", file ? file + 1 : (ir->source ? ir->source : "?"),
-            t->loc.first_line, t->loc.first_column, optim_name(o.kind), t->name);
+  char what[300];
+  snprintf(what, sizeof what, "%s @%s (optimizer)", optim_name(o.kind), t->name);
+  lower_comment_at(L, t->loc, what);
   SymSize elems = tensor_elems(ir, param);
   KernelBuilder kb;
   kb_begin(&kb, L, -1, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
+#include "hash.h"
 #include "internal_error.h"
 #include "kernel_builder.h"
 
@@ -176,12 +178,80 @@ int lower_new_scratch(Lower *L, const char *name, SymSize bytes) {
   return L->nscratch++;
 }
 
+static const char *file_name(const Ir *ir) {
+  const char *file = ir->source && *ir->source ? ir->source : "?";
+  const char *slash = strrchr(file, '/');
+  return slash ? slash + 1 : file;
+}
+
+enum { MAX_SOURCE_LINES = 4, MAX_LINE = 118 };
+
+void lower_source_text(StrBuf *out, const Ir *ir, Loc loc) {
+  if (!ir->source_text || loc.first_line <= 0) return;
+  const char *p = ir->source_text;
+  for (int line = 1; line < loc.first_line && *p; p++)
+    if (*p == '\n') line++;
+  int last = loc.last_line >= loc.first_line ? loc.last_line : loc.first_line;
+  for (int line = loc.first_line; line <= last && *p; line++) {
+    if (line - loc.first_line == MAX_SOURCE_LINES) {
+      sb_puts(out, "//   ...\n");
+      break;
+    }
+    const char *end = strchr(p, '\n');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r')) n--;
+    size_t room = MAX_LINE - 5;  // after "//   "
+    // Only printable ASCII goes into the comment; anything else (a tab, UTF-8) becomes '?'.
+    char text[MAX_LINE];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < room; i++) {
+      unsigned char c = (unsigned char)p[i];
+      text[k++] = c == '\t' ? ' ' : (c >= 32 && c < 127 ? (char)c : '?');
+    }
+    if (n > room) memcpy(text + room - 3, "...", 3);
+    text[k] = '\0';
+    sb_printf(out, "//   %s\n", text);
+    if (!end) break;
+    p = end + 1;
+  }
+}
+
+void lower_comment_at(Lower *L, Loc loc, const char *what) {
+  sb_printf(&L->src, "\n// %s:%d:%d %s\n", file_name(L->ir), loc.first_line, loc.first_column,
+            what);
+  lower_source_text(&L->src, L->ir, loc);
+  L->comment_loc = loc;
+}
+
 void lower_comment(Lower *L, int node, const char *what) {
   const Node *n = &L->ir->nodes[node];
-  const char *file = L->ir->source ? L->ir->source : "?";
-  const char *slash = strrchr(file, '/');
-  sb_printf(&L->src, "\n// %s:%d:%d %s %s (%s)\n", slash ? slash + 1 : file, n->loc.first_line,
-            n->loc.first_column, op_name(n->op), what, node >= L->ir->nforward ? "bwd" : "fwd");
+  char text[512];
+  snprintf(text, sizeof text, "%s %s (%s)", op_name(n->op), what,
+           node >= L->ir->nforward ? "bwd" : "fwd");
+  lower_comment_at(L, n->loc, text);
+}
+
+void lower_line_directive(StrBuf *out, const Ir *ir, int line) {
+  if (line > 0) sb_printf(out, "#line %d \"%s\"\n", line, file_name(ir));
+}
+
+char *lower_finish_lines(const char *src, const char *generated_name) {
+  StrBuf out = {0};
+  int line = 1;
+  size_t reset_len = strlen(LOWER_LINE_RESET);
+  for (const char *p = src; *p;) {
+    const char *end = strchr(p, '\n');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n == reset_len && memcmp(p, LOWER_LINE_RESET, n) == 0)
+      sb_printf(&out, "#line %d \"%s\"", line + 1, generated_name);
+    else
+      sb_printf(&out, "%.*s", (int)n, p);
+    if (!end) break;
+    sb_puts(&out, "\n");
+    line++;
+    p = end + 1;
+  }
+  return out.data;
 }
 
 void kb_begin(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize size,
@@ -194,6 +264,7 @@ void kb_begin(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize s
   kb->launch->size = size;
   kb->launch->per_block = per_block;
   kb->launch->threads = threads;
+  kb->start = L->src.len;
   sb_printf(&L->src, "extern \"C\" __global__ void __launch_bounds__(%d)\n%s(", threads, name);
 }
 
@@ -294,8 +365,149 @@ void kb_step(KernelBuilder *kb, const char *param) {
   kb_param(kb, decl, arg_of(ARG_STEP));
 }
 
+// A kernel as kb_end compares it: everything but its name and its #line.
+typedef struct EmittedKernel {
+  uint64_t hash;
+  char *key;         // "threads\nparams\nbody"
+  const char *name;
+} EmittedKernel;
+
 void kb_end(KernelBuilder *kb, const char *body) {
   Lower *L = kb->L;
-  sb_printf(&L->src, "%s) {\n%s}\n", kb->params.data ? kb->params.data : "", body);
+  Launch *l = kb->launch;
+  const char *params = kb->params.data ? kb->params.data : "";
+  StrBuf key = {0};
+  sb_printf(&key, "%d\n%s\n%s", l->threads, params, body);
+  uint64_t h = fnv1a64(FNV1A64_INIT, key.data, key.len);
+  for (int i = 0; i < L->nkernels; i++) {
+    EmittedKernel *k = &L->kernels[i];
+    if (k->hash != h || strcmp(k->key, key.data) != 0) continue;
+    // The same kernel under another name: launch the first one instead.
+    L->src.len = kb->start;
+    L->src.data[L->src.len] = '\0';
+    sb_printf(&L->src, "// launches %s (the same kernel) with this op's arguments\n", k->name);
+    l->kernel = k->name;
+    sb_free(&key);
+    sb_free(&kb->params);
+    return;
+  }
+  if (L->nkernels == L->cap_kernels) {
+    L->cap_kernels = L->cap_kernels ? 2 * L->cap_kernels : 64;
+    L->kernels = xrealloc(L->kernels, (size_t)L->cap_kernels * sizeof *L->kernels);
+  }
+  L->kernels[L->nkernels++] = (EmittedKernel){h, key.data, l->kernel};
+
+  Loc loc = l->optimizer || l->node < 0 ? L->comment_loc : L->ir->nodes[l->node].loc;
+  sb_printf(&L->src, "%s) {\n", params);
+  lower_line_directive(&L->src, L->ir, loc.first_line);
+  sb_printf(&L->src, "%s}\n", body);
+  if (loc.first_line > 0) sb_printf(&L->src, "%s\n", LOWER_LINE_RESET);
   sb_free(&kb->params);
+}
+
+void lower_free(Lower *L) {
+  for (int i = 0; i < L->nkernels; i++) free(L->kernels[i].key);
+  free(L->kernels);
+  L->kernels = NULL;
+  L->nkernels = L->cap_kernels = 0;
+}
+
+// --- attention launches, and a Lower outside plan_build ---------------------------------
+
+// What kb_begin leaves for a fixed grid, made a grid over tile list `tiles`.
+static void launch_on_tiles(Launch *l, int tiles, int smem) {
+  l->grid = GRID_TILES;
+  l->tiles = tiles;
+  l->size = sym_const(0);
+  l->per_block = 1;
+  l->smem = smem;
+}
+
+int lower_new_tiles(Lower *L, TileList t) {
+  if (L->ntiles == L->cap_tiles) {
+    L->cap_tiles = L->cap_tiles ? 2 * L->cap_tiles : 8;
+    L->tiles = realloc(L->tiles, (size_t)L->cap_tiles * sizeof *L->tiles);
+    if (!L->tiles) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  }
+  L->tiles[L->ntiles] = t;
+  return L->ntiles++;
+}
+
+void kb_begin_tiles(KernelBuilder *kb, Lower *L, int node, const char *name, int tiles,
+                    int threads, int smem) {
+  kb_begin(kb, L, node, name, sym_const(0), 1, threads);
+  launch_on_tiles(kb->launch, tiles, smem);
+}
+
+void kb_smem(KernelBuilder *kb, int bytes) { kb->launch->smem = bytes; }
+
+void kb_tiles(KernelBuilder *kb, const char *param) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "const int *__restrict__ %s", param);
+  LaunchArg a = arg_of(ARG_TILES);
+  a.tiles = kb->launch->tiles;
+  kb_param(kb, decl, a);
+}
+
+LaunchArg lower_workspace_arg(int tensor, int slot, int owner, SymSize bytes) {
+  LaunchArg a = arg_of(ARG_WORKSPACE);
+  a.tensor = tensor;
+  a.slot = slot;
+  a.i = owner;
+  a.size = bytes;
+  return a;
+}
+
+void kb_workspace(KernelBuilder *kb, const char *ctype, const char *param, LaunchArg ws,
+                  bool out) {
+  GEMC_ASSERT(ws.kind == ARG_WORKSPACE);
+  char decl[256];
+  snprintf(decl, sizeof decl, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
+  kb_param(kb, decl, ws);
+}
+
+Launch *lower_zero(Lower *L, int node, LaunchArg arg, SymSize bytes) {
+  Launch *l = lower_new_launch(L, LAUNCH_ZERO, node);
+  l->zero_arg = arg;
+  l->zero_bytes = bytes;
+  if (arg.kind == ARG_TENSOR) l->zero_tensor = arg.tensor;
+  return l;
+}
+
+LowerMark lower_mark(const Lower *L) {
+  return (LowerMark){L->src.len, L->nlaunches, L->ntiles, L->nscratch, L->nkernels};
+}
+
+void lower_rollback(Lower *L, LowerMark m) {
+  if (L->src.data) L->src.data[m.src] = '\0';
+  L->src.len = m.src;
+  L->nlaunches = m.nlaunches;
+  L->ntiles = m.ntiles;
+  L->nscratch = m.nscratch;
+  for (int i = m.nkernels; i < L->nkernels; i++) free(L->kernels[i].key);
+  L->nkernels = m.nkernels;
+}
+
+void lower_standalone_begin(Lower *L, const Ir *ir, Plan *p, StrBuf *src) {
+  memset(L, 0, sizeof *L);
+  L->ir = ir;
+  L->p = p;
+  L->ok = true;
+  L->src = *src;
+  memset(src, 0, sizeof *src);
+}
+
+void lower_standalone_end(Lower *L, StrBuf *src) {
+  char *text = lower_finish_lines(L->src.data ? L->src.data : "", PLAN_SOURCE_NAME);
+  sb_free(&L->src);
+  *src = (StrBuf){0};
+  if (text) sb_puts(src, text);
+  free(text);
+  lower_free(L);
+  free(L->launches);
+  free(L->scratch);
+  free(L->tiles);
+  free(L->done);
+  L->launches = NULL, L->scratch = NULL, L->tiles = NULL, L->done = NULL;
+  L->nlaunches = L->nscratch = L->ntiles = 0;
 }

@@ -26,6 +26,11 @@ typedef struct Lower {
   bool *done;        // [ir->nnodes]: covered by an earlier fused launch
   bool ok;
   bool have_table_grad_kernels;
+  Loc comment_loc;   // the .gem position lower_comment last named (optimizer kernels' #line)
+  // The distinct kernels emitted so far (kb_end): a kernel whose launch bounds, parameters and
+  // body equal an earlier one's is not emitted again; its launch calls the earlier kernel.
+  struct EmittedKernel *kernels;
+  int nkernels, cap_kernels;
 } Lower;
 
 // One kernel under construction: its signature grows with its launch's arguments.
@@ -34,7 +39,12 @@ typedef struct KernelBuilder {
   Launch *launch;
   StrBuf params;
   int nparams;
+  size_t start;      // where its text begins in L->src
 } KernelBuilder;
+
+// The line kb_end writes after each kernel body; plan_build replaces it with the `#line` that
+// points back at the generated file (lower_finish_lines).
+#define LOWER_LINE_RESET "#line __gemc_generated__"
 
 enum { ELEMENTWISE_THREADS = 256, ROWS_PER_BLOCK = 8 };
 
@@ -62,7 +72,20 @@ Num num(double x);
 // --- building launches ------------------------------------------------------------------
 Launch *lower_new_launch(Lower *L, LaunchKind kind, int node);
 int lower_new_scratch(Lower *L, const char *name, SymSize bytes);
-void lower_comment(Lower *L, int node, const char *what);  // "// FILE:L:C op ... (fwd)"
+// The comment above a node's kernels: "// FILE:L:C op ... (fwd)", then the op's statement as
+// written in the .gem file.
+void lower_comment(Lower *L, int node, const char *what);
+// The same for any position: "// FILE:L:C what", then the source text at loc.
+void lower_comment_at(Lower *L, Loc loc, const char *what);
+// Appends the .gem text of loc's lines, each as "//   TEXT" (none when the IR has no source).
+void lower_source_text(StrBuf *out, const Ir *ir, Loc loc);
+// The #line directive that makes what follows read as line `line` of the .gem file.
+void lower_line_directive(StrBuf *out, const Ir *ir, int line);
+// Replaces each LOWER_LINE_RESET line of src with `#line N "generated"` naming its own line, so
+// that text after a kernel body maps back to the generated file. Returns a new string.
+char *lower_finish_lines(const char *src, const char *generated_name);
+// Frees what plan_build's Lower holds besides the plan itself.
+void lower_free(Lower *L);
 
 // Starts `extern "C" __global__ void __launch_bounds__(threads) NAME(` with a fixed grid of
 // `size` work items, `per_block` per block.
@@ -78,9 +101,51 @@ void kb_size(KernelBuilder *kb, const char *param, SymSize s);
 void kb_int(KernelBuilder *kb, const char *param, int64_t v);
 void kb_float(KernelBuilder *kb, const char *param, float v);
 void kb_step(KernelBuilder *kb, const char *param);
-// Closes the signature and appends `body` (the statements inside the braces).
+// Closes the signature and appends `body` (the statements inside the braces), preceded by a
+// #line naming the node's .gem line. When an earlier kernel has the same launch bounds,
+// parameters and body, this one is not emitted: its launch calls the earlier kernel, and a
+// comment says so.
 void kb_end(KernelBuilder *kb, const char *body);
 
 bool lower_fail(Lower *L, int node, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+// --- attention launches, and a Lower outside plan_build ---------------------------------
+// What the attention emitters (codegen/attention/) need beyond kb_begin, still through one
+// KernelBuilder per kernel: a grid of one block per tile of a tile list, dynamic shared memory,
+// the tile list and workspace arguments; LAUNCH_ZERO launches; and a Lower of its own for an IR
+// that plan_build does not see (the GDPA benchmark's cases, runtime/bench/gdpa_case.c).
+
+// Appends tile list t to L; returns its index (for kb_begin_tiles).
+int lower_new_tiles(Lower *L, TileList t);
+// kb_begin for a launch of one block per tile of tile list `tiles` (GRID_TILES), with `smem`
+// bytes of dynamic shared memory.
+void kb_begin_tiles(KernelBuilder *kb, Lower *L, int node, const char *name, int tiles,
+                    int threads, int smem);
+void kb_smem(KernelBuilder *kb, int bytes);           // the launch's dynamic shared memory
+void kb_tiles(KernelBuilder *kb, const char *param);  // const int *: the launch's tile list
+// An ARG_WORKSPACE of `bytes` bytes named by (tensor, slot, owner): every launch naming it
+// shares its memory (codegen/lower.c makes each name one plan scratch).
+LaunchArg lower_workspace_arg(int tensor, int slot, int owner, SymSize bytes);
+// `[const] ctype *__restrict__ param` (out: not const), bound to workspace ws.
+void kb_workspace(KernelBuilder *kb, const char *ctype, const char *param, LaunchArg ws,
+                  bool out);
+// A LAUNCH_ZERO that zeroes `bytes` bytes of arg (tensor, scratch or workspace).
+Launch *lower_zero(Lower *L, int node, LaunchArg arg, SymSize bytes);
+
+// How far L's source, launches, tile lists, scratch and kernels reach; lower_rollback drops
+// what came after (a node an emitter refused half-way adds nothing).
+typedef struct LowerMark {
+  size_t src;
+  int nlaunches, ntiles, nscratch, nkernels;
+} LowerMark;
+LowerMark lower_mark(const Lower *L);
+void lower_rollback(Lower *L, LowerMark m);
+
+// A Lower for `ir` outside plan_build: p gives the arena and the target; the kernel text is
+// appended to *src, which L holds until lower_standalone_end hands it back (with the #line
+// resets resolved). lower_standalone_end frees L's launches, tile lists and scratch too: copy
+// them out first.
+void lower_standalone_begin(Lower *L, const Ir *ir, Plan *p, StrBuf *src);
+void lower_standalone_end(Lower *L, StrBuf *src);
 
 #endif

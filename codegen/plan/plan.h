@@ -133,6 +133,10 @@ typedef struct Scratch {
   SymSize offset;            // byte offset inside it
 } Scratch;
 
+// The name of the generated source: `gemc emit -o DIR` writes DIR/model.cu, NVRTC compiles it
+// under this name, and the #line after each kernel body names it.
+#define PLAN_SOURCE_NAME "model.cu"
+
 typedef struct Plan {
   Arena *arena;
   const Ir *ir;              // forward + backward IR the plan implements

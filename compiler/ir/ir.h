@@ -211,6 +211,8 @@ typedef struct Ir {
   Arena *arena;
   const char *model;
   const char *source;       // the .gem path
+  const char *source_text;  // the .gem text (not printed; NULL for an IR read from text), for
+                            // the source lines in generated code's comments
   const char *target;       // "sm_90a" or "sm_100a"
   DType precision;          // model default
   int64_t batch;            // B
@@ -256,7 +258,7 @@ void ir_format_type(const Ir *ir, const Tensor *t, char *buf, size_t size);
 bool ir_read(const SourceFile *f, Arena *arena, Diag *d, Ir *out);
 
 // Checks every invariant (topological order, arity, shapes, dtypes, layouts). On failure
-// writes one line naming the node and the broken rule to `why` and returns false.
-bool ir_verify(const Ir *ir, char *why, size_t why_size);
+// writes one line naming the node and the broken rule to `err` and returns false.
+bool ir_verify(const Ir *ir, char *err, size_t err_size);
 
 #endif
