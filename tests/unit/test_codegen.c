@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "kernel_builder.h"
 #include "load_model.h"
 #include "memplan.h"
 #include "nvrtc_compile.h"
@@ -73,11 +74,88 @@ static void test_codegen_kernels_follow_the_style(void **state) {
     assert_non_null(at);
     if (strncmp(l->kernel, "table_grad_", 11) == 0 && !strstr(l->kernel, "_apply_") && !strstr(l->kernel, "_gather_"))
       continue;  // the hand-written passes of kernels/table_grad.cuh
+    // Above the definition: "// FILE:L:C op ...", then the op's .gem text as "//   ...".
     const char *line = at - 1;
     int newlines = 0;
     while (line > src && newlines < 2) if (*--line == '\n') newlines++;
+    while (strncmp(line + 1, "//   ", 5) == 0 && line > src) {
+      do line--; while (line > src && *line != '\n');
+    }
     assert_true(strncmp(line + 1, "// codegen_small.gem:", 21) == 0);
   }
+}
+
+// Each kernel body opens with `#line N "codegen_small.gem"` (N the op's line) and the line after
+// its closing brace sends the numbering back to model.cu, at the right line.
+static void test_codegen_kernel_bodies_map_back_to_the_gem_lines(void **state) {
+  Fixture *f = *state;
+  const char *src = f->p.source;
+  int gem_lines = 0, back = 0;
+  int line = 1;
+  for (const char *p = src; *p; line++) {
+    const char *end = strchr(p, '\n');
+    if (strncmp(p, "#line ", 6) == 0) {
+      int n = 0;
+      char file[64] = "";
+      assert_int_equal(sscanf(p, "#line %d \"%63[^\"]\"", &n, file), 2);
+      if (strcmp(file, "codegen_small.gem") == 0) {
+        // A line of codegen_small.gem that holds a statement or a declaration.
+        int model_lines = 1;
+        for (const char *q = f->m.src.text; *q; q++) model_lines += *q == '\n';
+        assert_true(n >= 1 && n < model_lines);
+        gem_lines++;
+      } else {
+        assert_string_equal(file, "model.cu");
+        assert_int_equal(n, line + 1);
+        back++;
+      }
+    }
+    if (!end) break;
+    p = end + 1;
+  }
+  assert_true(gem_lines > 20);
+  assert_int_equal(gem_lines, back);
+  assert_null(strstr(src, LOWER_LINE_RESET));
+  // The op's own text is in the comment: line 21 of codegen_small.gem is `n = rmsnorm(r);`.
+  assert_non_null(strstr(src, "//     n = rmsnorm(r);\n"));
+}
+
+// No two kernels of the source have the same launch bounds, parameters and body: a node whose
+// kernel would repeat an earlier one launches that one, and its comment says so.
+static void test_codegen_emits_each_kernel_body_once(void **state) {
+  Fixture *f = *state;
+  const char *src = f->p.source;
+  enum { MAX = 512 };
+  const char *starts[MAX];
+  size_t lens[MAX];
+  int n = 0;
+  for (const char *p = strstr(src, "extern \"C\" __global__"); p;
+       p = strstr(p + 1, "extern \"C\" __global__")) {
+    const char *name = strchr(p, '\n') + 1;
+    const char *params = strchr(name, '(');
+    const char *end = strstr(params, "\n}\n");
+    assert_non_null(end);
+    assert_true(n < MAX);
+    // Compare the bounds, parameters and body without the name and the #line.
+    const char *body = strstr(params, "{\n#line ");
+    const char *after_line = body ? strchr(body + 2, '\n') : params;
+    for (int i = 0; i < n; i++) {
+      bool same = lens[i] == (size_t)(end - after_line) &&
+                  memcmp(starts[i], after_line, lens[i]) == 0 &&
+                  strncmp(p, starts[i] - (after_line - p), (size_t)(name - p)) == 0;
+      assert_false(same);
+    }
+    starts[n] = after_line;
+    lens[n++] = (size_t)(end - after_line);
+  }
+  // codegen_small casts three fp32 weights to bf16 with one kernel.
+  int shared = 0;
+  for (int i = 0; i < f->p.nlaunches; i++)
+    if (f->p.launches[i].kind == LAUNCH_KERNEL &&
+        strcmp(f->p.launches[i].kernel, "cast_u_x_bf16") == 0)
+      shared++;
+  assert_true(shared >= 3);
+  assert_non_null(strstr(src, "// launches cast_u_x_bf16 (the same kernel) with this op's arguments\n"));
 }
 
 static void test_codegen_fuses_add_rmsnorm_and_elementwise_act(void **state) {
@@ -219,15 +297,15 @@ static void test_codegen_unknown_target_is_an_error(void **state) {
 
 static void compile_for(void **state, const char *arch) {
   Fixture *f = *state;
-  char why[4096];
-  if (!nvrtc_available(why, sizeof why)) {
-    print_message("skipped: %s\n", why);
+  char err[4096];
+  if (!nvrtc_available(err, sizeof err)) {
+    print_message("skipped: %s\n", err);
     skip();
   }
   char *ptx = NULL;
   size_t size = 0;
-  bool ok = nvrtc_compile(f->p.source, "codegen_small.cu", arch, NVRTC_PTX, &ptx, &size, NULL, why, sizeof why);
-  if (!ok) print_message("%s\n", why);
+  bool ok = nvrtc_compile(f->p.source, "codegen_small.cu", arch, NVRTC_PTX, &ptx, &size, NULL, err, sizeof err);
+  if (!ok) print_message("%s\n", err);
   assert_true(ok);
   assert_non_null(strstr(ptx, ".entry add_rmsnorm_n"));
   char target[64];
@@ -241,23 +319,25 @@ static void test_codegen_nvrtc_compiles_for_sm_100a(void **state) { compile_for(
 
 static void test_codegen_nvrtc_error_carries_the_log(void **state) {
   (void)state;
-  char why[4096];
-  if (!nvrtc_available(why, sizeof why)) skip();
+  char err[4096];
+  if (!nvrtc_available(err, sizeof err)) skip();
   char *out = NULL, *log = NULL;
   size_t size = 0;
   assert_false(nvrtc_compile("extern \"C\" __global__ void k() { undeclared_name = 1; }", "bad.cu", "sm_90a",
-                             NVRTC_PTX, &out, &size, &log, why, sizeof why));
+                             NVRTC_PTX, &out, &size, &log, err, sizeof err));
   assert_null(out);
-  assert_non_null(strstr(why, "undeclared_name"));
+  assert_non_null(strstr(err, "undeclared_name"));
   assert_non_null(log);
   free(log);
-  assert_false(nvrtc_compile("", "empty.cu", "sm_80", NVRTC_PTX, &out, &size, NULL, why, sizeof why));
-  assert_non_null(strstr(why, "unknown arch"));
+  assert_false(nvrtc_compile("", "empty.cu", "sm_80", NVRTC_PTX, &out, &size, NULL, err, sizeof err));
+  assert_non_null(strstr(err, "unknown arch"));
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_codegen_kernels_follow_the_style),
+      cmocka_unit_test(test_codegen_kernel_bodies_map_back_to_the_gem_lines),
+      cmocka_unit_test(test_codegen_emits_each_kernel_body_once),
       cmocka_unit_test(test_codegen_fuses_add_rmsnorm_and_elementwise_act),
       cmocka_unit_test(test_codegen_table_grad_has_no_float_atomics),
       cmocka_unit_test(test_codegen_memplan_never_shares_a_live_buffer),
