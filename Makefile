@@ -59,7 +59,7 @@ GEN_HEADERS := $(BUILD)/grammar/parser.tab.h $(BUILD)/grammar/scanner.h
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all help print-includes test test-unit test-golden test-models test-codegen test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
+.PHONY: all help print-includes test test-layers test-unit test-golden test-models test-codegen test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/gemc
@@ -73,7 +73,8 @@ help:
 	@echo 'make demo             the main job: build gemc, check every model, train models/gem_tiny.gem'
 	@echo '                      (on the GPU when one is usable, else the CPU executor; DEMO_STEPS=2000)'
 	@echo 'make test             install missing Debian packages (as root), build, run every CPU test:'
-	@echo '                      test-unit, test-golden, test-models and test-codegen'
+	@echo '                      test-layers, test-unit, test-golden, test-models and test-codegen'
+	@echo 'make test-layers      each layer sees only its own and its USES_ layers headers'
 	@echo 'make test-unit        the cmocka unit tests (tests/unit/)'
 	@echo 'make test-golden      the golden .ir, .grad, .err and .cu files (tests/golden/)'
 	@echo 'make test-models      every models/*.gem checks without a warning'
@@ -125,7 +126,7 @@ $(BUILD)/obj/grammar/scanner.o: $(BUILD)/grammar/scanner.c | $(GEN_HEADERS)
 
 # Every object of the product, with its own layer's include paths (see LAYERS). The generated
 # headers come first (order only); after that, -MMD's .d files name each object's headers.
-$(BUILD)/obj/%.o: %.c | $(GEN_HEADERS)
+$(BUILD)/obj/%.o: %.c | $(GEN_HEADERS) $(BUILD)/layers.ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_GEMC) $(call layer_incs,$<) $(DEPFLAGS) -c -o $@ $<
 
@@ -194,9 +195,17 @@ test-codegen: $(BUILD)/gemc
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_attention_fp8.gem 1e-3
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/gpu/models/interact_fp8.gem 1e-5
 
+# Each layer sees exactly the headers of itself and of the layers its USES_ line names.
+LAYER_HEADERS = $(foreach d,$(1),$(wildcard $(d)/*.h))
+test-layers: | $(GEN_HEADERS)
+	@set -e; $(foreach l,$(LAYERS),tests/layers/check_layer.sh $(l) \
+	  "$(CC) $(CSTD) $(addprefix -I,$(l) $(USES_$(l)))" \
+	  $(call LAYER_HEADERS,$(l) $(USES_$(l))) -- \
+	  $(filter-out $(call LAYER_HEADERS,$(l) $(USES_$(l))),$(call LAYER_HEADERS,$(LAYERS)));)
+
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-unit test-golden test-models test-codegen
+	@$(MAKE) --no-print-directory test-layers test-unit test-golden test-models test-codegen
 
 # --- GPU tests --------------------------------------------------------------------------
 # On a machine with a GPU (the CUDA driver; NVRTC and cuBLASLt from the CUDA 13 toolkit):
