@@ -534,6 +534,7 @@ static void read_settings(Sema *S) {
 
   ir->model = m->name;
   ir->source = S->d->file ? S->d->file->path : NULL;
+  ir->source_text = S->d->file ? S->d->file->text : NULL;
   ir->target = target;
   ir->precision = S->precision;
   ir->batch = S->batch;

@@ -58,6 +58,7 @@ static int attention_node(Sema *S, const Call *c, int out, int q, int k, int v,
   n.hstu_norm = a->hstu_norm;
   n.sched = c->sched;
   ir_add_node(S->ir, &n);
+  sema_warn_idle_hints(S, c, d / a->heads);
   return out;
 }
 

@@ -142,6 +142,11 @@ typedef enum Hint {
 #define HINTS_MATMUL ((1u << HINT_TILE_M) | (1u << HINT_TILE_N) | (1u << HINT_TILE_K) | \
                       (1u << HINT_STAGES))
 #define HINTS_GELU (1u << HINT_GELU)
+// The hints codegen does not read yet, on any op that takes them: checked and kept in the IR,
+// but they change no generated code, so each draws a warning. Of the others, gelu and zigzag
+// always act, and tile_q acts only where sema_warn_idle_hints says so.
+#define HINTS_NO_EFFECT_YET ((1u << HINT_TILE_KV) | (1u << HINT_TILE_M) | (1u << HINT_TILE_N) | \
+                             (1u << HINT_TILE_K) | (1u << HINT_STAGES))
 
 typedef struct OpSpec OpSpec;
 typedef struct Call Call;
@@ -223,6 +228,11 @@ DType sema_value_dtype(DType p);
 void sema_apply_annotations(Sema *S, Call *c, const Expr *const *annots, int nannots);
 // Checks the 'gelu' hint against the op's activation, once the op knows it.
 void sema_check_gelu_hint(Sema *S, const Call *c, Act act);
+// Warns, in source order, about each hint of the call that has no effect on the generated
+// code yet: "@schedule(stages) has no effect on this op yet". `dh` is an attention op's
+// d / heads, which decides whether its tile_q acts; 0 for other ops. A hint that drew an
+// error draws no warning.
+void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh);
 // The precision of an op with no annotation: the model default, or bf16 for an op without a
 // matmul under an fp8 or mxfp8 default.
 DType sema_default_precision(const Sema *S, bool has_matmul);

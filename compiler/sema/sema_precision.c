@@ -1,7 +1,8 @@
 // sema_precision.c: how precisely and how each op runs. Resolves an op's precision from the
 // model default and its @P override, checks it is legal on the op (fp8 and mxfp8 need a
 // matmul) and on the target (mxfp8 is emulated on sm_90a, with one note per model), and
-// reads @schedule hints, checking each against the op it follows.
+// reads @schedule hints, checking each against the op it follows and warning about those that
+// codegen does not act on yet.
 #include <inttypes.h>
 #include <string.h>
 
@@ -138,6 +139,46 @@ void sema_check_gelu_hint(Sema *S, const Call *c, Act act) {
              "is gelu; %s has act = %s", c->spec->name, act_name(act));
 }
 
+// The reason codegen ignores the tile_q hint of an attention op with d / heads = dh, or NULL when it
+// acts. codegen/attention/emit_attention.c reads it for the forward kernel's shape only: 64 or
+// 128 query rows, on the bf16 tensor-core kernel. fp32 and fp16 run the SIMT kernels, fp8 and
+// mxfp8 the quantized one, each with fixed 64-row tiles; so does bf16 when dh is not a
+// multiple of 16.
+static const char *tile_q_idle(Sema *S, const Call *c, int64_t dh) {
+  if (c->sched.tile_q != 64 && c->sched.tile_q != 128)
+    return sema_fmt(S, ": the attention kernel takes tile_q = 64 or 128, found %d",
+                    c->sched.tile_q);
+  if (c->prec != DT_BF16)
+    return sema_fmt(S, ": only the bf16 attention kernel takes it, and this %s runs at %s",
+                    c->spec->name, dtype_name(c->prec));
+  if (dh % 16 != 0)
+    return sema_fmt(S, ": the bf16 attention kernel takes it when d / heads is a multiple of "
+                    "16, found %" PRId64, dh);
+  return NULL;
+}
+
+void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh) {
+  unsigned left = c->hints_set & c->spec->hints;  // the hints read without an error
+  while (left) {
+    int h = -1;  // the first left in the source
+    for (int k = 0; k < HINT_COUNT; k++) {
+      if (!(left & (1u << k))) continue;
+      const Loc *at = &c->hint_loc[k];
+      if (h < 0 || at->first_line < c->hint_loc[h].first_line ||
+          (at->first_line == c->hint_loc[h].first_line &&
+           at->first_column < c->hint_loc[h].first_column))
+        h = k;
+    }
+    left &= ~(1u << h);
+    const char *reason = NULL;
+    if (HINTS_NO_EFFECT_YET & (1u << h)) reason = "";
+    else if (h == HINT_TILE_Q) reason = tile_q_idle(S, c, dh);
+    if (reason)
+      diag_warning(S->d, c->hint_loc[h], "@schedule(%s) has no effect on this op yet%s",
+                   hint_names[h], reason);
+  }
+}
+
 // --- precision --------------------------------------------------------------------------
 
 void sema_apply_annotations(Sema *S, Call *c, const Expr *const *annots, int nannots) {
@@ -186,4 +227,6 @@ void sema_apply_annotations(Sema *S, Call *c, const Expr *const *annots, int nan
   if (op->sop == SOP_BCE) c->prec = DT_F32;
   if (c->prec == DT_MXFP8) sema_note_mxfp8(S, c->prec_loc);
   c->value_dtype = sema_value_dtype(c->prec);
+  // Attention ops warn once they know d / heads (sema_attention.c).
+  if (!(op->hints & (1u << HINT_TILE_Q))) sema_warn_idle_hints(S, c, 0);
 }

@@ -90,9 +90,9 @@ static void assert_clean(void) {
     print_message("expected a clean compile, got:\n%s", R.diags);
     fail();
   }
-  char why[512];
-  if (!ir_verify(&R.ir, why, sizeof why)) {
-    print_message("ir_verify: %s\n", why);
+  char err[512];
+  if (!ir_verify(&R.ir, err, sizeof err)) {
+    print_message("ir_verify: %s\n", err);
     fail();
   }
   char *text = NULL;
@@ -1935,7 +1935,7 @@ static const char language_example[] =
     "  x = gdpa(q = rmsnorm(h), kv = stack(a, t, c), heads = 4, act = gelu) @mxfp8;\n"
     "  p = pma(x, seeds = 16, heads = 4, act = gelu_taylor);    # [B, 16, 256]\n"
     "  z = concat(flatten(p), a, t, c);\n"
-    "  y = mlp(z, [1024, 512, 1], act = gelu) @mxfp8 @schedule(stages = 2);\n"
+    "  y = mlp(z, [1024, 512, 1], act = gelu) @mxfp8;\n"
     "  loss bce(y, click);\n"
     "}\n";
 
@@ -1949,8 +1949,8 @@ static void test_sema_language_example_lowers(void **state) {
   assert_int_equal(count_of(R.diags, "note: mxfp8 on sm_90a is emulated"), 1);
   assert_printed("test.gem:26:73: note: mxfp8 on sm_90a is emulated");
   R.d.warnings = 0;
-  char why[512];
-  assert_true(ir_verify(&R.ir, why, sizeof why));
+  char err[512];
+  assert_true(ir_verify(&R.ir, err, sizeof err));
 
   // embed 2 + add, embed, embed_pool, linear; rmsnorm + gdpa 5 + add; rmsnorm + stack +
   // gdpa 5; pma 4; flatten + concat; mlp 3; bce + loss_sum.
@@ -2009,7 +2009,7 @@ static void test_sema_language_example_lowers(void **state) {
   assert_fixed("p.pma0.seeds", TENSOR_PARAM, 16, 256, DT_F32);
   assert_fixed("x.gdpa0.wq", TENSOR_PARAM, 256, 256, DT_F32);
   assert_int_equal(producer("y")->prec, DT_MXFP8);
-  assert_int_equal(producer("y")->sched.stages, 2);
+  assert_int_equal(producer("y")->sched.stages, 0);
   assert_int_equal(producer("y.mlp0.l0")->act, ACT_GELU);
   assert_int_equal(producer("y")->act, ACT_NONE);
   assert_shape("y.mlp0.l1", LAYOUT_DENSE, NULL, 0, 512, DT_BF16);
@@ -2029,8 +2029,8 @@ static void test_sema_models_lower(void **state) {
     if (R.d.errors || R.d.warnings) print_message("%s:\n%s", models[i], R.diags);
     assert_int_equal(R.d.errors, 0);
     assert_int_equal(R.d.warnings, 0);
-    char why[512];
-    if (!ir_verify(&R.ir, why, sizeof why)) fail_msg("%s: %s", models[i], why);
+    char err[512];
+    if (!ir_verify(&R.ir, err, sizeof err)) fail_msg("%s: %s", models[i], err);
     assert_true(R.ir.loss >= 0);
     release();
     free(copy);
@@ -2213,8 +2213,8 @@ static void test_sema_schedule_hints_reach_nodes(void **state) {
   assert_int_equal(n->sched.tile_k, 256);
   assert_shape("d", LAYOUT_DENSE, NULL, 0, 3, DT_F32);
   assert_int_equal(producer("s")->sched.gelu_taylor, 1);
-  char why[512];
-  assert_true(ir_verify(&R.ir, why, sizeof why));
+  char err[512];
+  assert_true(ir_verify(&R.ir, err, sizeof err));
   release();
 }
 
@@ -2237,6 +2237,9 @@ static void test_sema_value_and_param_names(void **state) {
           " @schedule(stages = 2, gelu = taylor);\n"
           "  loss bce(y, click);\n"
           "}\n");
+  assert_printed("test.gem:12:81: warning: @schedule(stages) has no effect on this op yet\n");
+  assert_int_equal(R.d.warnings, 1);
+  R.d.warnings = 0;
   assert_clean();
   assert_int_equal(producer("h.embed0")->ins[0], ir_find_tensor(&R.ir, "items"));
   assert_int_equal(producer("h.embed1")->ins[0], ir_find_tensor(&R.ir, "actt"));
@@ -2296,8 +2299,8 @@ static void test_sema_rebinding_chain(void **state) {
   assert_fixed("h.layernorm0.bias", TENSOR_PARAM, 16, 0, DT_F32);
   assert_int_equal(producer("h.gdpa1.q")->ins[0], ir_find_tensor(&R.ir, "h.rmsnorm1"));
   assert_int_equal(producer("h.rmsnorm1")->ins[0], h1);
-  char why[512];
-  assert_true(ir_verify(&R.ir, why, sizeof why));
+  char err[512];
+  assert_true(ir_verify(&R.ir, err, sizeof err));
   release();
 }
 
@@ -2328,8 +2331,8 @@ static void test_sema_inputs(void **state) {
   assert_shape("w", LAYOUT_JAGGED, "hist", 0, 1, DT_F32);
   assert_shape("q", LAYOUT_JAGGED, "hist", 0, 16 + 4 + 1, DT_F32);
   assert_shape("y.concat0", LAYOUT_DENSE, NULL, 0, 21 + 16 + 16 + 4, DT_F32);
-  char why[512];
-  assert_true(ir_verify(&R.ir, why, sizeof why));
+  char err[512];
+  assert_true(ir_verify(&R.ir, err, sizeof err));
   release();
 }
 
@@ -2377,8 +2380,8 @@ static void test_sema_loss_weights_and_tasks(void **state) {
   assert_string_equal(producer("loss.bce1")->task, "cvr");
   assert_string_equal(producer("loss.bce2")->task, "conv");
   assert_int_equal(sum->ins[1], ir_find_tensor(&R.ir, "loss.bce1"));
-  char why[512];
-  assert_true(ir_verify(&R.ir, why, sizeof why));
+  char err[512];
+  assert_true(ir_verify(&R.ir, err, sizeof err));
   release();
 }
 
@@ -2476,6 +2479,119 @@ static void test_sema_stops_after_too_many_errors(void **state) {
   free(src);
 }
 
+// --- schedule hints that have no effect yet ----------------------------------------------
+// Codegen reads gelu, zigzag, and tile_q (64 or 128 rows, bf16 attention with d / heads a
+// multiple of 16); every other hint draws "@schedule(h) has no effect on this op yet".
+
+static void assert_warned(int line, int col, const char *msg) {
+  char want[512];
+  snprintf(want, sizeof want, "test.gem:%d:%d: warning: %s\n", line, col, msg);
+  assert_printed(want);
+}
+
+static void test_sema_schedule_idle_hints_warn(void **state) {
+  (void)state;
+  compile(PRELUDE
+          "  h = embed(items, hist);\n"
+          "  g = gdpa(h) @schedule(tile_kv = 32, stages = 2);\n"
+          "  p = pma(g, seeds = 2) @schedule(stages = 4);\n"
+          "  a = embed(items, ad);\n"
+          "  d = dot_interact(a, a) @schedule(tile_k = 64);\n"
+          "  z = linear(concat(flatten(p), a, d), 8) @schedule(tile_m = 16, tile_n = 32);\n"
+          "  y = mlp(z, [4, 1]) @mxfp8 @schedule(stages = 8, tile_k = 256);\n"
+          "  loss bce(y, click);\n"
+          "}\n");
+  assert_true(R.ok);
+  assert_int_equal(R.d.errors, 0);
+  assert_warned(13, 25, "@schedule(tile_kv) has no effect on this op yet");
+  assert_warned(13, 39, "@schedule(stages) has no effect on this op yet");
+  assert_warned(14, 35, "@schedule(stages) has no effect on this op yet");
+  assert_warned(16, 36, "@schedule(tile_k) has no effect on this op yet");
+  assert_warned(17, 53, "@schedule(tile_m) has no effect on this op yet");
+  assert_warned(17, 66, "@schedule(tile_n) has no effect on this op yet");
+  assert_warned(18, 39, "@schedule(stages) has no effect on this op yet");
+  assert_warned(18, 51, "@schedule(tile_k) has no effect on this op yet");
+  assert_int_equal(count_of(R.diags, "has no effect on this op yet"), 8);
+  // The hints stay in the IR for the later issue that makes them act.
+  assert_int_equal(producer("g.gdpa0.attn")->sched.tile_kv, 32);
+  assert_int_equal(producer("y")->sched.tile_k, 256);
+  release();
+}
+
+static void test_sema_schedule_tile_q_warns_where_idle(void **state) {
+  (void)state;
+  compile(PRELUDE
+          "  h = embed(items, hist);\n"
+          "  h = h + gdpa(h) @bf16 @schedule(tile_q = 256, zigzag = off);\n"
+          "  h = h + gdpa(h) @schedule(tile_q = 64);\n"
+          "  h = h + gdpa(h) @fp16 @schedule(tile_q = 128);\n"
+          "  h = h + gdpa(h, heads = 2) @bf16 @schedule(tile_q = 64);\n"
+          "  p = pma(h, seeds = 2) @mxfp8 @schedule(tile_q = 128, tile_kv = 16);\n"
+          "  loss bce(linear(flatten(p), 1), click);\n"
+          "}\n");
+  assert_true(R.ok);
+  assert_int_equal(R.d.errors, 0);
+  assert_warned(13, 35, "@schedule(tile_q) has no effect on this op yet: the attention kernel "
+                "takes tile_q = 64 or 128, found 256");
+  assert_warned(14, 29, "@schedule(tile_q) has no effect on this op yet: only the bf16 "
+                "attention kernel takes it, and this gdpa runs at fp32");
+  assert_warned(15, 35, "@schedule(tile_q) has no effect on this op yet: only the bf16 "
+                "attention kernel takes it, and this gdpa runs at fp16");
+  assert_warned(16, 46, "@schedule(tile_q) has no effect on this op yet: the bf16 attention "
+                "kernel takes it when d / heads is a multiple of 16, found 8");
+  assert_warned(17, 42, "@schedule(tile_q) has no effect on this op yet: only the bf16 "
+                "attention kernel takes it, and this pma runs at mxfp8");
+  assert_warned(17, 56, "@schedule(tile_kv) has no effect on this op yet");
+  assert_int_equal(count_of(R.diags, "has no effect on this op yet"), 6);
+  // In source order, tile_q before tile_kv, though tile_q is checked later.
+  assert_true(strstr(R.diags, "17:42: warning") < strstr(R.diags, "17:56: warning"));
+  release();
+}
+
+static void test_sema_schedule_acting_hints_do_not_warn(void **state) {
+  (void)state;
+  compile(PRELUDE
+          "  h = embed(items, hist) + embed(items, acts);\n"
+          "  h = h + gdpa(h, act = gelu) @bf16 @schedule(tile_q = 64, zigzag = off, "
+          "gelu = taylor);\n"
+          "  h = h + gdpa(h) @bf16 @schedule(tile_q = 128, zigzag = on);\n"
+          "  h = h + gdpa(h) @fp8 @schedule(zigzag = off);\n"
+          "  p = pma(h, seeds = 2, act = gelu) @bf16 @schedule(tile_q = 128, gelu = exact);\n"
+          "  a = embed(items, ad);\n"
+          "  z = gelu(concat(flatten(p), a)) @schedule(gelu = taylor);\n"
+          "  y = mlp(z, [4, 1], act = gelu) @schedule(gelu = taylor);\n"
+          "  e = embed(tagt, tags);\n"
+          "  n = linear(cnt, 1);\n"
+          "  loss bce(y + linear(e, 1) + n, click);\n"
+          "}\n");
+  assert_clean();
+  release();
+}
+
+// A hint that drew an error draws no warning; the call's other hints still do.
+static void test_sema_schedule_error_suppresses_warning(void **state) {
+  (void)state;
+  compile(PRELUDE
+          "  a = embed(items, ad);\n"
+          "  b = linear(a, 16) @schedule(stages = 9, tile_m = 64);\n"
+          "  c = linear(b, 16) @schedule(tile_n = 96);\n"
+          "  d = rmsnorm(c) @schedule(tile_k = 32);\n"
+          "  e = linear(d, 16) @schedule(stages = 2, stages = 3);\n"
+          "  loss bce(linear(e, 1), click);\n"
+          "}\n");
+  assert_false(R.ok);
+  assert_int_equal(R.d.errors, 4);
+  assert_printed("test.gem:13:40: error: schedule hint 'stages' must be in 1..8, found 9\n");
+  assert_warned(13, 43, "@schedule(tile_m) has no effect on this op yet");
+  assert_int_equal(count_of(R.diags, "@schedule(tile_n)"), 0);
+  assert_int_equal(count_of(R.diags, "@schedule(tile_k)"), 0);
+  // The first stages is read and warned about; the second is the duplicate error.
+  assert_printed("test.gem:16:43: error: schedule hint 'stages' is given twice\n");
+  assert_warned(16, 31, "@schedule(stages) has no effect on this op yet");
+  assert_int_equal(count_of(R.diags, "has no effect on this op yet"), 2);
+  release();
+}
+
 // --- speed ------------------------------------------------------------------------------
 
 static double now(void) {
@@ -2530,6 +2646,10 @@ int main(void) {
       cmocka_unit_test(test_sema_unknown_op_does_not_cascade),
       cmocka_unit_test(test_sema_stops_after_too_many_errors),
       cmocka_unit_test(test_sema_ten_thousand_statements_are_fast),
+      cmocka_unit_test(test_sema_schedule_idle_hints_warn),
+      cmocka_unit_test(test_sema_schedule_tile_q_warns_where_idle),
+      cmocka_unit_test(test_sema_schedule_acting_hints_do_not_warn),
+      cmocka_unit_test(test_sema_schedule_error_suppresses_warning),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
