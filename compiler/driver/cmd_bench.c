@@ -107,17 +107,17 @@ static int bench_gemm(const CliOptions *o, const char *const *models, int nmodel
                         .k = square_sizes[i], .act = ACT_NONE, .out = DT_BF16, .count = 1};
     shapes[n++] = s;
   }
-  char cache[1024], why[1024];
+  char cache[1024], err[1024];
   GemmBenchOptions b = {.shapes = shapes, .nshapes = n, .reps = reps,
                         .compile_only = compile_only};
-  b.cache_dir = jit_cache_dir(cache, sizeof cache, why, sizeof why) ? cache : NULL;
+  b.cache_dir = jit_cache_dir(cache, sizeof cache, err, sizeof err) ? cache : NULL;
   fflush(stdout);
-  switch (gemm_bench_run(&b, stdout, why, sizeof why)) {
+  switch (gemm_bench_run(&b, stdout, err, sizeof err)) {
   case GEMM_BENCH_OK: return GEMC_EXIT_OK;
-  case GEMM_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", why); break;
+  case GEMM_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", err); break;
   case GEMM_BENCH_COMPILE_FAILED:
   case GEMM_BENCH_CUDA_FAILED:
-  case GEMM_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gemm: %s\n", why); break;
+  case GEMM_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gemm: %s\n", err); break;
   }
   return GEMC_EXIT_USER_ERROR;
 }
@@ -178,14 +178,15 @@ int cmd_bench(const CliOptions *o) {
   if (nmodels > 0 || compile_only)
     return bench_usage_error("--model and --compile-only are options of", "'gemc bench gemm'");
 
-  char cache[1024], why[1024];
-  b.cache_dir = jit_cache_dir(cache, sizeof cache, why, sizeof why) ? cache : NULL;
-  GdpaBenchStatus s = gdpa_bench_run(&b, stdout, why, sizeof why);
+  char cache[1024], err[1024];
+  b.cache_dir = jit_cache_dir(cache, sizeof cache, err, sizeof err) ? cache : NULL;
+  GdpaBenchStatus s = gdpa_bench_run(&b, stdout, err, sizeof err);
   switch (s) {
   case GDPA_BENCH_OK: return GEMC_EXIT_OK;
-  case GDPA_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", why); break;
+  case GDPA_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", err); break;
   case GDPA_BENCH_COMPILE_FAILED:
-  case GDPA_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gdpa: %s\n", why); break;
+  case GDPA_BENCH_CUDA_FAILED:
+  case GDPA_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gdpa: %s\n", err); break;
   }
   return GEMC_EXIT_USER_ERROR;
 }

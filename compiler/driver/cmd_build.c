@@ -89,9 +89,9 @@ int cmd_build(const CliOptions *o) {
   if (narchs <= 0)
     return build_usage_error("--arch needs a comma-separated list of distinct targets from "
                              "sm_90a, sm_100a; got", archs_arg);
-  char why[1024];
-  if (!nvrtc_available(why, sizeof why)) {
-    fprintf(stderr, "gemc: error: gemc build needs NVRTC: %s\n", why);
+  char err[1024];
+  if (!nvrtc_available(err, sizeof err)) {
+    fprintf(stderr, "gemc: error: gemc build needs NVRTC: %s\n", err);
     return GEMC_EXIT_USER_ERROR;
   }
 
@@ -107,7 +107,7 @@ int cmd_build(const CliOptions *o) {
   a.model_key = train_model_key(&m.ir);
   a.model_name = (char *)(uintptr_t)m.ir.model;
   char dir[4096];
-  bool cache = jit_cache_dir(dir, sizeof dir, why, sizeof why);
+  bool cache = jit_cache_dir(dir, sizeof dir, err, sizeof err);
   static const char *const options[] = {"nvrtc_compile defaults", "cubin"};
   int rc = GEMC_EXIT_OK;
   Diag d;
@@ -147,8 +147,8 @@ int cmd_build(const CliOptions *o) {
              units[i].seconds);
   }
   if (rc == GEMC_EXIT_OK) {
-    if (!artifact_write(out, &a, why, sizeof why)) {
-      fprintf(stderr, "gemc: error: %s\n", why);
+    if (!artifact_write(out, &a, err, sizeof err)) {
+      fprintf(stderr, "gemc: error: %s\n", err);
       rc = GEMC_EXIT_USER_ERROR;
     } else if (!o->quiet) {
       printf("gemc build: wrote %s (model key %016llx, gemc %s)\n", out,

@@ -108,10 +108,10 @@ int cmd_emit(const CliOptions *o) {
   char *bin = NULL;
   size_t bin_size = 0;
   if (ptx || cubin) {
-    char why[2048];
-    if (!nvrtc_compile(p.source, "model.cu", p.target, ptx ? NVRTC_PTX : NVRTC_CUBIN, &bin, &bin_size, NULL,
-                       why, sizeof why)) {
-      fprintf(stderr, "gemc: error: %s\n", why);
+    char err[2048];
+    if (!nvrtc_compile(p.source, PLAN_SOURCE_NAME, p.target, ptx ? NVRTC_PTX : NVRTC_CUBIN, &bin, &bin_size, NULL,
+                       err, sizeof err)) {
+      fprintf(stderr, "gemc: error: %s\n", err);
       rc = GEMC_EXIT_USER_ERROR;
     }
   }
@@ -119,7 +119,7 @@ int cmd_emit(const CliOptions *o) {
     if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
       fprintf(stderr, "gemc: error: cannot create %s: %s\n", dir, strerror(errno));
       rc = GEMC_EXIT_USER_ERROR;
-    } else if (!write_file(dir, "model.cu", p.source, strlen(p.source)) ||
+    } else if (!write_file(dir, PLAN_SOURCE_NAME, p.source, strlen(p.source)) ||
                !write_file(dir, "plan.txt", plan_text, plan_size) ||
                (bin && !write_file(dir, ptx ? "model.ptx" : "model.cubin", bin, bin_size))) {
       rc = GEMC_EXIT_USER_ERROR;

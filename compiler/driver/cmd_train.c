@@ -272,7 +272,7 @@ static int parse_train(const CliOptions *o, TrainCli *c, FILE *err) {
 
 // Picks the backend (sets c->opt.cuda); on failure prints why and returns false.
 static bool choose_backend(TrainCli *c, char *reason, size_t size) {
-  char why[512] = "";
+  char err[512] = "";
   switch (c->backend) {
   case BACKEND_CPU:
     snprintf(reason, size, "--backend cpu");
@@ -282,18 +282,18 @@ static bool choose_backend(TrainCli *c, char *reason, size_t size) {
     }
     return true;
   case BACKEND_AUTO:
-    c->opt.cuda = cuda_usable(why, sizeof why);
+    c->opt.cuda = cuda_usable(err, sizeof err);
     if (!c->opt.cuda && c->opt.artifact) {
-      fprintf(stderr, "gemc: error: --artifact needs a GPU: %s\n", why);
+      fprintf(stderr, "gemc: error: --artifact needs a GPU: %s\n", err);
       return false;
     }
     if (c->opt.cuda) snprintf(reason, size, "auto: a GPU is usable");
-    else snprintf(reason, size, "auto: no usable GPU: %.120s", why);
+    else snprintf(reason, size, "auto: no usable GPU: %.120s", err);
     return true;
   case BACKEND_CUDA:
-    if (!cuda_usable(why, sizeof why)) {
+    if (!cuda_usable(err, sizeof err)) {
       fprintf(stderr, "gemc: error: --backend cuda: no usable GPU (%s); use --backend cpu or "
-              "auto\n", why);
+              "auto\n", err);
       return false;
     }
     c->opt.cuda = true;

@@ -14,7 +14,7 @@
 
 typedef struct Check {
   const Ir *ir;
-  char *why;
+  char *err;
   size_t size;
   int node;    // the node being checked, or -1
   int tensor;  // the tensor being checked, or -1
@@ -30,29 +30,29 @@ static void put_ref(char *buf, size_t size, const Ir *ir, int t) {
            x->name ? x->name : "?");
 }
 
-// Writes "node N (%out = op %a, @b): " or "tensor %x: " and the message to why; returns false.
+// Writes "node N (%out = op %a, @b): " or "tensor %x: " and the message to err; returns false.
 __attribute__((format(printf, 2, 3))) static bool fail(Check *c, const char *fmt, ...) {
-  if (!c->why || c->size == 0) return false;
+  if (!c->err || c->size == 0) return false;
   size_t used = 0;
   char ref[300];
   const Ir *ir = c->ir;
   if (c->node >= 0) {
     const Node *n = &ir->nodes[c->node];
     put_ref(ref, sizeof ref, ir, n->out);
-    used += (size_t)snprintf(c->why, c->size, "node %d (%s = %s", c->node, ref, op_name(n->op));
+    used += (size_t)snprintf(c->err, c->size, "node %d (%s = %s", c->node, ref, op_name(n->op));
     for (int i = 0; i < n->nins && i < IR_MAX_INPUTS && used < c->size; i++) {
       put_ref(ref, sizeof ref, ir, n->ins[i]);
-      used += (size_t)snprintf(c->why + used, c->size - used, "%s%s", i ? ", " : " ", ref);
+      used += (size_t)snprintf(c->err + used, c->size - used, "%s%s", i ? ", " : " ", ref);
     }
-    if (used < c->size) used += (size_t)snprintf(c->why + used, c->size - used, "): ");
+    if (used < c->size) used += (size_t)snprintf(c->err + used, c->size - used, "): ");
   } else if (c->tensor >= 0) {
     put_ref(ref, sizeof ref, ir, c->tensor);
-    used += (size_t)snprintf(c->why, c->size, "tensor %s: ", ref);
+    used += (size_t)snprintf(c->err, c->size, "tensor %s: ", ref);
   }
   if (used < c->size) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(c->why + used, c->size - used, fmt, ap);
+    vsnprintf(c->err + used, c->size - used, fmt, ap);
     va_end(ap);
   }
   return false;
@@ -1048,9 +1048,9 @@ static bool check_grads(Check *c) {
   return ok;
 }
 
-bool ir_verify(const Ir *ir, char *why, size_t why_size) {
-  Check c = {ir, why, why_size, -1, -1};
-  if (why && why_size) why[0] = '\0';
+bool ir_verify(const Ir *ir, char *err, size_t err_size) {
+  Check c = {ir, err, err_size, -1, -1};
+  if (err && err_size) err[0] = '\0';
   if (ir->ntensors < 0 || ir->nnodes < 0 || ir->njagged < 0 ||
       (ir->ntensors > 0 && !ir->tensors) || (ir->nnodes > 0 && !ir->nodes) ||
       (ir->njagged > 0 && !ir->jagged))

@@ -287,10 +287,10 @@ bool autodiff(Ir *ir, Diag *d) {
   ad_free(&a);
 
   // A broken backward graph is gemc's bug: exit 3 with the verifier's reason.
-  char why[1024];
-  if (!ir_verify(ir, why, sizeof why)) {
+  char err[1024];
+  if (!ir_verify(ir, err, sizeof err)) {
     char what[1200];
-    snprintf(what, sizeof what, "the IR after autodiff fails verification: %s", why);
+    snprintf(what, sizeof what, "the IR after autodiff fails verification: %s", err);
     gemc_internal_error(__FILE__, __LINE__, what);
   }
   return true;

@@ -92,10 +92,10 @@ const Pass gemc_passes[] = {
 
 // A broken IR is gemc's bug, never the user's: exit 3 with the verifier's reason.
 static void verify_after(const Ir *ir, const char *pass) {
-  char why[1024];
-  if (ir_verify(ir, why, sizeof why)) return;
+  char err[1024];
+  if (ir_verify(ir, err, sizeof err)) return;
   char what[1200];
-  snprintf(what, sizeof what, "the IR after pass '%s' fails verification: %s", pass, why);
+  snprintf(what, sizeof what, "the IR after pass '%s' fails verification: %s", pass, err);
   gemc_internal_error(__FILE__, __LINE__, what);
 }
 

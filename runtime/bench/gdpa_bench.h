@@ -24,13 +24,14 @@ typedef struct GdpaBenchOptions {
 
 typedef enum GdpaBenchStatus {
   GDPA_BENCH_OK,
-  GDPA_BENCH_NO_GPU,        // no driver or no device: `why` says which
+  GDPA_BENCH_NO_GPU,        // no driver or no device: `err` says which
   GDPA_BENCH_COMPILE_FAILED,
+  GDPA_BENCH_CUDA_FAILED,   // a CUDA call failed while measuring: `err` says which
   GDPA_BENCH_BAD_OUTPUT,    // a kernel output held NaN/inf or was all zero
 } GdpaBenchStatus;
 
 // Compiles the kernels, opens the GPU, measures and prints the tables to `out`.
-GdpaBenchStatus gdpa_bench_run(const GdpaBenchOptions *o, FILE *out, char *why,
-                               size_t why_size);
+GdpaBenchStatus gdpa_bench_run(const GdpaBenchOptions *o, FILE *out, char *err,
+                               size_t err_size);
 
 #endif

@@ -97,12 +97,12 @@ typedef struct Bench {
   CUmodule module;
   CUfunction fill_bf16, fill_f32;
   CUstream stream;  // a capturable (non-default) stream for both sides
-  char *why;
-  size_t why_size;
+  char *err;
+  size_t err_size;
 } Bench;
 
 static bool fail_cuda(Bench *b, const char *what) {
-  snprintf(b->why, b->why_size, "%s: %s", what, cuda_last_error());
+  snprintf(b->err, b->err_size, "%s: %s", what, cuda_last_error());
   return false;
 }
 
@@ -150,7 +150,7 @@ static bool capture(Bench *b, BenchBody body, void *ctx, int inner, CUstream str
 // `inner` back-to-back calls (as the runtime replays a training step), so the host's launch
 // overhead is not timed; inner makes a sample last about TARGET_SAMPLE_MS (a first, warm-up
 // call sets it). Where a graph cannot be captured the calls are timed directly (noted once).
-// Negative when a call failed (why is set).
+// Negative when a call failed (err is set).
 static double time_median_ms(Bench *b, BenchBody body, void *ctx, int reps, CUstream stream) {
   const CudaDriver *cu = b->cu;
   CUevent start, stop;
@@ -172,7 +172,7 @@ static double time_median_ms(Bench *b, BenchBody body, void *ctx, int reps, CUst
   static bool warned;
   if (ok && !capture(b, body, ctx, inner, stream, &exec)) {
     exec = NULL;
-    b->why[0] = '\0';
+    b->err[0] = '\0';
     if (!warned) fprintf(stderr, "gemc: warning: bench gemm: no CUDA graph (%s); timing launches "
                                  "directly\n", cuda_last_error());
     warned = true;
@@ -188,7 +188,7 @@ static double time_median_ms(Bench *b, BenchBody body, void *ctx, int reps, CUst
   if (ok) {
     qsort(samples, (size_t)reps, sizeof *samples, compare_doubles);
     result = reps % 2 ? samples[reps / 2] : 0.5 * (samples[reps / 2 - 1] + samples[reps / 2]);
-  } else if (b->why[0] == '\0') {
+  } else if (b->err[0] == '\0') {
     fail_cuda(b, "timing");
   }
   if (exec) cu->cuGraphExecDestroy(exec);
@@ -217,15 +217,15 @@ static bool run_cublaslt(void *ctx) {
                      .trans_b = s->trans_b, .dtype = DT_BF16, .c_dtype = s->out, .alpha = 1.0f,
                      .beta = 0.0f, .has_bias = s->has_bias, .bias_dtype = DT_F32, .act = s->act};
   return gemm_run(o->b->lt, &shape, o->a, o->bm, o->c_lt, s->has_bias ? o->bias : 0, o->stream,
-                  o->b->why, o->b->why_size);
+                  o->b->err, o->b->err_size);
 }
 
 static bool run_generated(void *ctx) {
   Operands *o = ctx;
   const GemmBenchShape *s = o->s;
   return gemm_kernel_launch(o->fn, o->reduce, &o->geo, o->c_gen, o->workspace, o->a, o->bm,
-                            s->has_bias ? o->bias : 0, s->m, s->n, s->k, o->stream, o->b->why,
-                            o->b->why_size);
+                            s->has_bias ? o->bias : 0, s->m, s->n, s->k, o->stream, o->b->err,
+                            o->b->err_size);
 }
 
 static GemmKernelConfig shape_config(const GemmBenchShape *s, int tile) {
@@ -282,8 +282,8 @@ static bool measure_shape(Bench *b, const GemmBenchShape *s, CUfunction fns[NUM_
   size_t workspace = 0;
   for (int t = 0; t < NUM_TILES; t++) {
     GemmKernelConfig c = shape_config(s, t);
-    if (!gemm_kernel_geometry(&c, s->m, s->n, s->k, b->ctx.sm_count, 0, &geo[t], b->why,
-                              b->why_size))
+    if (!gemm_kernel_geometry(&c, s->m, s->n, s->k, b->ctx.sm_count, 0, &geo[t], b->err,
+                              b->err_size))
       return false;
     if (geo[t].workspace_bytes > workspace) workspace = geo[t].workspace_bytes;
   }
@@ -308,7 +308,7 @@ static bool measure_shape(Bench *b, const GemmBenchShape *s, CUfunction fns[NUM_
   if (ok) {
     o.fn = fns[row->tile][0], o.reduce = fns[row->tile][1], o.geo = geo[row->tile];
     ok = run_generated(&o) && CU_CHECK(b->cu->cuStreamSynchronize(o.stream));
-    if (!ok && b->why[0] == '\0') fail_cuda(b, "the generated GEMM");
+    if (!ok && b->err[0] == '\0') fail_cuda(b, "the generated GEMM");
   }
   if (ok) row->rel_diff = compare_outputs(b, &o, &ok);
   dev_free(b, o.a), dev_free(b, o.bm), dev_free(b, o.bias);
@@ -346,11 +346,11 @@ static char *bench_source(const GemmBenchOptions *o) {
   return sb_take(&src);
 }
 
-static bool shapes_valid(const GemmBenchOptions *o, char *why, size_t why_size) {
+static bool shapes_valid(const GemmBenchOptions *o, char *err, size_t err_size) {
   for (int i = 0; i < o->nshapes; i++)
     for (int t = 0; t < NUM_TILES; t++) {
       GemmKernelConfig c = shape_config(&o->shapes[i], t);
-      if (!gemm_kernel_valid(&c, why, why_size)) return false;
+      if (!gemm_kernel_valid(&c, err, err_size)) return false;
     }
   return true;
 }
@@ -389,21 +389,22 @@ static void print_totals(FILE *out, const GemmBenchOptions *o, const Row *rows) 
   }
 }
 
-GemmBenchStatus gemm_bench_run(const GemmBenchOptions *o, FILE *out, char *why, size_t why_size) {
-  why[0] = '\0';
-  if (!shapes_valid(o, why, why_size)) return GEMM_BENCH_COMPILE_FAILED;
+GemmBenchStatus gemm_bench_run(const GemmBenchOptions *o, FILE *out, char *err, size_t err_size) {
+  err[0] = '\0';
+  if (!shapes_valid(o, err, err_size)) return GEMM_BENCH_COMPILE_FAILED;
   static Bench b;  // holds the context; one run per process
   memset(&b, 0, sizeof b);
-  b.why = why;
-  b.why_size = why_size;
-  if (!o->compile_only && !cuda_context_open(&b.ctx, -1, why, why_size)) return GEMM_BENCH_NO_GPU;
+  b.err = err;
+  b.err_size = err_size;
+  if (!o->compile_only && !cuda_context_open(&b.ctx, -1, err, err_size)) return GEMM_BENCH_NO_GPU;
   const char *arch = o->compile_only ? o->compile_only : b.ctx.arch;
   char *src = bench_source(o);
   size_t size = 0;
-  void *cubin = gdpa_gpu_compile(src, arch, o->cache_dir, &size);
+  char reason[1024];
+  void *cubin = gdpa_gpu_compile(src, arch, o->cache_dir, &size, reason, sizeof reason);
   free(src);
   if (!cubin) {
-    snprintf(why, why_size, "compiling the GEMM kernels for %s failed", arch);
+    snprintf(err, err_size, "compiling the GEMM kernels for %s failed: %s", arch, reason);
     return GEMM_BENCH_COMPILE_FAILED;
   }
   if (o->compile_only) {
@@ -430,7 +431,7 @@ GemmBenchStatus gemm_bench_run(const GemmBenchOptions *o, FILE *out, char *why, 
     fail_cuda(&b, "loading the GEMM kernels");
     return GEMM_BENCH_COMPILE_FAILED;
   }
-  b.lt = gemm_open(why, why_size);
+  b.lt = gemm_open(err, err_size);
   if (!b.lt) return GEMM_BENCH_NO_GPU;
   if (!CU_CHECK(b.cu->cuStreamCreate(&b.stream, CU_STREAM_NON_BLOCKING))) {
     fail_cuda(&b, "cuStreamCreate");
@@ -464,13 +465,13 @@ GemmBenchStatus gemm_bench_run(const GemmBenchOptions *o, FILE *out, char *why, 
     }
     if (status != GEMM_BENCH_OK) break;
     if (!measure_shape(&b, s, fns, o->reps, i, &rows[i])) {
-      status = GEMM_BENCH_CUDA_FAILED;  // why says which call
+      status = GEMM_BENCH_CUDA_FAILED;  // err says which call
       break;
     }
     print_row(out, s, &rows[i]);
     if (!(rows[i].rel_diff <= AGREEMENT) && !disagree) {
       disagree = true;
-      snprintf(why, why_size, "m=%lld n=%lld k=%lld: the generated output differs from "
+      snprintf(err, err_size, "m=%lld n=%lld k=%lld: the generated output differs from "
                "cuBLASLt's by %.2e (relative to max |C|)", (long long)s->m, (long long)s->n,
                (long long)s->k, rows[i].rel_diff);
     }

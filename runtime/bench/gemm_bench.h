@@ -41,7 +41,7 @@ typedef struct GemmBenchOptions {
 
 typedef enum GemmBenchStatus {
   GEMM_BENCH_OK,
-  GEMM_BENCH_NO_GPU,          // no driver, no device or no cuBLASLt: `why` says which
+  GEMM_BENCH_NO_GPU,          // no driver, no device or no cuBLASLt: `err` says which
   GEMM_BENCH_COMPILE_FAILED,
   GEMM_BENCH_CUDA_FAILED,     // a CUDA or cuBLASLt call failed mid-run (out of memory, ...)
   GEMM_BENCH_BAD_OUTPUT,      // an output held NaN/inf, or the two sides disagreed (> 2e-2);
@@ -50,6 +50,6 @@ typedef enum GemmBenchStatus {
 
 // Compiles the kernels the shapes need, opens the GPU and cuBLASLt, measures and prints the
 // table to `out`.
-GemmBenchStatus gemm_bench_run(const GemmBenchOptions *o, FILE *out, char *why, size_t why_size);
+GemmBenchStatus gemm_bench_run(const GemmBenchOptions *o, FILE *out, char *err, size_t err_size);
 
 #endif

@@ -9,18 +9,18 @@
 
 enum { MAX_GRID = 0x7fffffff, REDUCE_THREADS = 256, MAX_AUTO_SPLITS = 32, MIN_STEPS_PER_SPLIT = 4 };
 
-bool gemm_kernel_valid(const GemmKernelConfig *c, char *why, size_t why_size) {
+bool gemm_kernel_valid(const GemmKernelConfig *c, char *err, size_t err_size) {
   if (c->tile_m != 128 || (c->tile_n != 128 && c->tile_n != 256)) {
-    snprintf(why, why_size, "no %dx%d GEMM tile (128x128 and 128x256 exist)", c->tile_m,
+    snprintf(err, err_size, "no %dx%d GEMM tile (128x128 and 128x256 exist)", c->tile_m,
              c->tile_n);
     return false;
   }
   if (c->act != ACT_NONE && c->act != ACT_RELU && c->act != ACT_GELU && c->act != ACT_SILU) {
-    snprintf(why, why_size, "the generated GEMM has no %s epilogue", act_name(c->act));
+    snprintf(err, err_size, "the generated GEMM has no %s epilogue", act_name(c->act));
     return false;
   }
   if (c->out != DT_BF16 && c->out != DT_F32) {
-    snprintf(why, why_size, "the generated GEMM writes bf16 or fp32, not %s", dtype_name(c->out));
+    snprintf(err, err_size, "the generated GEMM writes bf16 or fp32, not %s", dtype_name(c->out));
     return false;
   }
   return true;
@@ -66,10 +66,10 @@ void gemm_kernel_source(const GemmKernelConfig *configs, int n, StrBuf *src) {
 }
 
 bool gemm_kernel_geometry(const GemmKernelConfig *c, int64_t m, int64_t n, int64_t k, int num_sms,
-                          int splits, GemmGeometry *g, char *why, size_t why_size) {
+                          int splits, GemmGeometry *g, char *err, size_t err_size) {
   memset(g, 0, sizeof *g);
   if (m < 0 || n < 0 || k < 0) {
-    snprintf(why, why_size, "negative GEMM size m=%lld n=%lld k=%lld", (long long)m,
+    snprintf(err, err_size, "negative GEMM size m=%lld n=%lld k=%lld", (long long)m,
              (long long)n, (long long)k);
     return false;
   }
@@ -91,7 +91,7 @@ bool gemm_kernel_geometry(const GemmKernelConfig *c, int64_t m, int64_t n, int64
     splits = (int)s;
   }
   if (tiles * splits > MAX_GRID || (splits > 1 && (m * n + REDUCE_THREADS - 1) / REDUCE_THREADS > MAX_GRID)) {
-    snprintf(why, why_size, "GEMM m=%lld n=%lld is too large for one grid", (long long)m,
+    snprintf(err, err_size, "GEMM m=%lld n=%lld is too large for one grid", (long long)m,
              (long long)n);
     return false;
   }
@@ -107,11 +107,11 @@ bool gemm_kernel_geometry(const GemmKernelConfig *c, int64_t m, int64_t n, int64
 
 bool gemm_kernel_launch(CUfunction fn, CUfunction reduce, const GemmGeometry *g, CUdeviceptr c,
                         CUdeviceptr workspace, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias,
-                        int64_t m, int64_t n, int64_t k, CUstream stream, char *why,
-                        size_t why_size) {
+                        int64_t m, int64_t n, int64_t k, CUstream stream, char *err,
+                        size_t err_size) {
   const CudaDriver *d = cuda_driver();
   if (!d) {
-    snprintf(why, why_size, "the CUDA driver is not loaded");
+    snprintf(err, err_size, "the CUDA driver is not loaded");
     return false;
   }
   if (m == 0 || n == 0 || g->grid == 0) return true;
@@ -120,20 +120,20 @@ bool gemm_kernel_launch(CUfunction fn, CUfunction reduce, const GemmGeometry *g,
   if (g->smem > 48 * 1024 &&
       !CU_CHECK(d->cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                       (int)g->smem))) {
-    snprintf(why, why_size, "GEMM shared memory: %s", cuda_last_error());
+    snprintf(err, err_size, "GEMM shared memory: %s", cuda_last_error());
     return false;
   }
   void *args[] = {&c, &workspace, &a, &b, &bias, &mm, &nn, &kk, &splits};
   if (!CU_CHECK(d->cuLaunchKernel(fn, g->grid, 1, 1, GEMM_KERNEL_THREADS, 1, 1, g->smem, stream,
                                   args, NULL))) {
-    snprintf(why, why_size, "GEMM m=%lld n=%lld k=%lld: %s", mm, nn, kk, cuda_last_error());
+    snprintf(err, err_size, "GEMM m=%lld n=%lld k=%lld: %s", mm, nn, kk, cuda_last_error());
     return false;
   }
   if (splits <= 1) return true;
   void *rargs[] = {&c, &workspace, &bias, &mm, &nn, &splits};
   if (!CU_CHECK(d->cuLaunchKernel(reduce, g->reduce_grid, 1, 1, REDUCE_THREADS, 1, 1, 0, stream,
                                   rargs, NULL))) {
-    snprintf(why, why_size, "GEMM split-K reduction m=%lld n=%lld: %s", mm, nn,
+    snprintf(err, err_size, "GEMM split-K reduction m=%lld n=%lld: %s", mm, nn,
              cuda_last_error());
     return false;
   }

@@ -29,8 +29,8 @@ typedef struct GemmKernelConfig {
 } GemmKernelConfig;
 
 // True when the config names an instantiation gemm.cuh has (tile shape, act, output type);
-// otherwise why.
-bool gemm_kernel_valid(const GemmKernelConfig *c, char *why, size_t why_size);
+// otherwise false, with the reason in err.
+bool gemm_kernel_valid(const GemmKernelConfig *c, char *err, size_t err_size);
 
 // Whether the 16-byte (cp.async) path fits the product: every dimension contiguous in memory
 // (k of A unless trans_a, m of A with trans_a, n of B unless trans_b, k of B with trans_b, n of
@@ -56,18 +56,18 @@ typedef struct GemmGeometry {
 } GemmGeometry;
 
 // splits 0: chosen here. When the output tiles do not fill num_sms SMs, k is split so that they
-// do, keeping at least 4 k-steps (128) per split and at most 32 splits. False (with why) when
+// do, keeping at least 4 k-steps (128) per split and at most 32 splits. False (with err) when
 // a size is negative or too large for the grid.
 bool gemm_kernel_geometry(const GemmKernelConfig *c, int64_t m, int64_t n, int64_t k, int num_sms,
-                          int splits, GemmGeometry *g, char *why, size_t why_size);
+                          int splits, GemmGeometry *g, char *err, size_t err_size);
 
 // Enqueues the product on `stream`: the tile kernel `fn` (and `reduce` when g->splits > 1,
 // with `workspace` of g->workspace_bytes). bias 0: none. m == 0 or n == 0: nothing to do.
 // Sets the function's dynamic shared memory limit when it needs more than 48 KiB. False with
-// the CUDA error in why.
+// the CUDA error in err.
 bool gemm_kernel_launch(CUfunction fn, CUfunction reduce, const GemmGeometry *g, CUdeviceptr c,
                         CUdeviceptr workspace, CUdeviceptr a, CUdeviceptr b, CUdeviceptr bias,
-                        int64_t m, int64_t n, int64_t k, CUstream stream, char *why,
-                        size_t why_size);
+                        int64_t m, int64_t n, int64_t k, CUstream stream, char *err,
+                        size_t err_size);
 
 #endif

@@ -205,12 +205,12 @@ void cpu_exec_free(CpuExec *x) {
 
 // --- binding a batch --------------------------------------------------------------------
 
-__attribute__((format(printf, 3, 4))) static bool refuse(char *why, size_t size,
+__attribute__((format(printf, 3, 4))) static bool refuse(char *err, size_t size,
                                                          const char *fmt, ...) {
-  if (why && size) {
+  if (err && size) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(why, size, fmt, ap);
+    vsnprintf(err, size, fmt, ap);
     va_end(ap);
   }
   return false;
@@ -228,29 +228,29 @@ static int64_t id_limit(const Ir *ir, int t) {
   return limit;
 }
 
-static bool check_offsets(const CpuExec *x, const Batch *b, int j, char *why, size_t size) {
+static bool check_offsets(const CpuExec *x, const Batch *b, int j, char *err, size_t size) {
   const JaggedDim *dim = &x->ir->jagged[j];
   const int64_t *off = b->offsets[j];
-  if (!off) return refuse(why, size, "jagged dim *%s has no offsets", dim->name);
+  if (!off) return refuse(err, size, "jagged dim *%s has no offsets", dim->name);
   if (off[0] != 0)
-    return refuse(why, size, "jagged dim *%s: offsets start at %" PRId64 ", not 0", dim->name,
+    return refuse(err, size, "jagged dim *%s: offsets start at %" PRId64 ", not 0", dim->name,
                   off[0]);
   for (int64_t e = 0; e < b->B; e++) {
     int64_t len = off[e + 1] - off[e];
     if (len < 0)
-      return refuse(why, size, "jagged dim *%s: example %" PRId64 " has offsets out of order "
+      return refuse(err, size, "jagged dim *%s: example %" PRId64 " has offsets out of order "
                     "(%" PRId64 " then %" PRId64 ")", dim->name, e, off[e], off[e + 1]);
     if (len > dim->max_len)
-      return refuse(why, size, "jagged dim *%s: example %" PRId64 " has length %" PRId64
+      return refuse(err, size, "jagged dim *%s: example %" PRId64 " has length %" PRId64
                     ", above the maximum %" PRId64, dim->name, e, len, dim->max_len);
   }
   if (b->total && b->total[j] != off[b->B])
-    return refuse(why, size, "jagged dim *%s: total %" PRId64 " differs from the last offset %"
+    return refuse(err, size, "jagged dim *%s: total %" PRId64 " differs from the last offset %"
                   PRId64, dim->name, b->total[j], off[b->B]);
   return true;
 }
 
-static bool check_feature(const CpuExec *x, const Batch *b, int t, char *why, size_t size) {
+static bool check_feature(const CpuExec *x, const Batch *b, int t, char *err, size_t size) {
   const Ir *ir = x->ir;
   const Tensor *tt = &ir->tensors[t];
   int f = x->feature_of[t];
@@ -258,36 +258,36 @@ static bool check_feature(const CpuExec *x, const Batch *b, int t, char *why, si
   int64_t count = rows * (tt->width > 0 ? tt->width : 1);
   bool is_ids = tt->dtype == DT_I64;
   if (is_ids ? !b->ids || !b->ids[f] : !b->values || !b->values[f])
-    return refuse(why, size, "input %%%s has no %s", tt->name, is_ids ? "ids" : "values");
+    return refuse(err, size, "input %%%s has no %s", tt->name, is_ids ? "ids" : "values");
   if (b->capacity && b->capacity[f] < count)
-    return refuse(why, size, "input %%%s holds %" PRId64 " entries; the batch needs %" PRId64,
+    return refuse(err, size, "input %%%s holds %" PRId64 " entries; the batch needs %" PRId64,
                   tt->name, b->capacity[f], count);
   if (!is_ids) return true;
   int64_t limit = id_limit(ir, t);
   for (int64_t r = 0; r < rows; r++) {
     int64_t id = b->ids[f][r];
     if (id < 0 || (limit > 0 && id >= limit))
-      return refuse(why, size, "input %%%s: id %" PRId64 " at entry %" PRId64
+      return refuse(err, size, "input %%%s: id %" PRId64 " at entry %" PRId64
                     " is outside [0, %" PRId64 ")", tt->name, id, r, limit);
   }
   return true;
 }
 
-static bool check_batch(const CpuExec *x, const Batch *b, char *why, size_t size) {
+static bool check_batch(const CpuExec *x, const Batch *b, char *err, size_t size) {
   const Ir *ir = x->ir;
-  if (!b) return refuse(why, size, "no batch");
-  if (b->B < 1) return refuse(why, size, "the batch has %" PRId64 " examples", b->B);
+  if (!b) return refuse(err, size, "no batch");
+  if (b->B < 1) return refuse(err, size, "the batch has %" PRId64 " examples", b->B);
   if (b->njagged != ir->njagged)
-    return refuse(why, size, "the batch has %d jagged dims; model %s has %d", b->njagged,
+    return refuse(err, size, "the batch has %d jagged dims; model %s has %d", b->njagged,
                   ir->model, ir->njagged);
   if (b->nfeatures != x->nfeatures)
-    return refuse(why, size, "the batch has %d features; model %s has %d inputs and labels",
+    return refuse(err, size, "the batch has %d features; model %s has %d inputs and labels",
                   b->nfeatures, ir->model, x->nfeatures);
-  if (ir->njagged > 0 && !b->offsets) return refuse(why, size, "the batch has no offsets");
+  if (ir->njagged > 0 && !b->offsets) return refuse(err, size, "the batch has no offsets");
   for (int j = 0; j < ir->njagged; j++)
-    if (!check_offsets(x, b, j, why, size)) return false;
+    if (!check_offsets(x, b, j, err, size)) return false;
   for (int t = 0; t < ir->ntensors; t++)
-    if (x->feature_of[t] >= 0 && !check_feature(x, b, t, why, size)) return false;
+    if (x->feature_of[t] >= 0 && !check_feature(x, b, t, err, size)) return false;
   return true;
 }
 
@@ -302,9 +302,9 @@ static void load_values(CpuExec *x, int t, const float *src) {
   }
 }
 
-bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *why, size_t why_size) {
+bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *err, size_t err_size) {
   const Ir *ir = x->ir;
-  if (!check_batch(x, b, why, why_size)) return false;
+  if (!check_batch(x, b, err, err_size)) return false;
   x->batch = b;
   x->B = b->B;
   for (int j = 0; j < ir->njagged; j++) {

@@ -31,11 +31,11 @@ void cpu_exec_free(CpuExec *x);
 void cpu_exec_init_params(CpuExec *x, uint64_t seed);
 
 // Binds one batch (its sizes and data); the batch must outlive the next forward/backward.
-// Returns false (and writes why) when it does not match the IR: the number of jagged dims or
+// Returns false (and writes err) when it does not match the IR: the number of jagged dims or
 // features, offsets that do not start at 0, run backwards, exceed a max length or disagree
 // with the totals, too few entries, or ids outside a table. B may differ from the model's
 // batch (value buffers are sized per batch).
-bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *why, size_t why_size);
+bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *err, size_t err_size);
 
 // Runs nodes [0, nforward) and returns the loss (NaN when the IR has none).
 double cpu_exec_forward(CpuExec *x);

@@ -176,12 +176,12 @@ void batch_copy(const Schema *s, Batch *dst, int64_t dst_first, const Batch *src
 
 // --- validation ---------------------------------------------------------------------------
 
-static bool failf(char *why, size_t size, const char *fmt, ...)
+static bool failf(char *err, size_t size, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-static bool failf(char *why, size_t size, const char *fmt, ...) {
+static bool failf(char *err, size_t size, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  if (why && size) vsnprintf(why, size, fmt, ap);
+  if (err && size) vsnprintf(err, size, fmt, ap);
   va_end(ap);
   return false;
 }
@@ -211,42 +211,42 @@ static void locate(const Batch *b, const Feature *f, int64_t first, int64_t e, c
     snprintf(buf, size, "example %" PRId64, first + ex);
 }
 
-bool batch_validate_offsets(const Batch *b, const Schema *s, int64_t first, char *why,
+bool batch_validate_offsets(const Batch *b, const Schema *s, int64_t first, char *err,
                             size_t size) {
   if (b->njagged != s->njagged)
-    return failf(why, size, "the batch has %d jagged dims; the schema has %d", b->njagged,
+    return failf(err, size, "the batch has %d jagged dims; the schema has %d", b->njagged,
                  s->njagged);
   for (int j = 0; j < s->njagged; j++) {
     const JaggedDim *dim = &s->ir->jagged[j];
     const int64_t *o = b->offsets[j];
     if (o[0] != 0)
-      return failf(why, size, "the offsets of *%s start at %" PRId64 ", not 0", dim->name, o[0]);
+      return failf(err, size, "the offsets of *%s start at %" PRId64 ", not 0", dim->name, o[0]);
     for (int64_t k = 0; k < b->B; k++) {
       // o[k] is in [0, k * max_len] here, so the difference cannot overflow.
       if (o[k + 1] < o[k])
-        return failf(why, size,
+        return failf(err, size,
                      "example %" PRId64 ": the offsets of *%s are out of order (%" PRId64
                      " then %" PRId64 ")",
                      first + k, dim->name, o[k], o[k + 1]);
       int64_t len = o[k + 1] - o[k];
       if (len > dim->max_len)
-        return failf(why, size,
+        return failf(err, size,
                      "example %" PRId64 ": *%s has length %" PRId64 ", over its max %" PRId64,
                      first + k, dim->name, len, dim->max_len);
     }
     if (b->total[j] != o[b->B])
-      return failf(why, size, "the total of *%s is %" PRId64 " but its offsets end at %" PRId64,
+      return failf(err, size, "the total of *%s is %" PRId64 " but its offsets end at %" PRId64,
                    dim->name, b->total[j], o[b->B]);
   }
   return true;
 }
 
-static bool validate_feature(const Batch *b, const Schema *s, int i, int64_t first, char *why,
+static bool validate_feature(const Batch *b, const Schema *s, int i, int64_t first, char *err,
                              size_t size) {
   const Feature *f = &s->features[i];
   int64_t n = entries_for(f, b->B, b->total);
   if (n > b->capacity[i])
-    return failf(why, size, "feature '%s' needs %" PRId64 " entries but holds %" PRId64, f->name,
+    return failf(err, size, "feature '%s' needs %" PRId64 " entries but holds %" PRId64, f->name,
                  n, b->capacity[i]);
   char where[96];
   if (f->kind == FEATURE_IDS) {
@@ -256,9 +256,9 @@ static bool validate_feature(const Batch *b, const Schema *s, int i, int64_t fir
       if (id >= 0 && (f->id_limit == 0 || id < f->id_limit)) continue;
       locate(b, f, first, e, where, sizeof where);
       if (id < 0)
-        return failf(why, size, "%s: feature '%s': id %" PRId64 " is negative", where, f->name,
+        return failf(err, size, "%s: feature '%s': id %" PRId64 " is negative", where, f->name,
                      id);
-      return failf(why, size,
+      return failf(err, size,
                    "%s: feature '%s': id %" PRId64 " is out of range: table '%s' has %" PRId64
                    " rows (ids must be in [0, %" PRId64 "))",
                    where, f->name, id, f->id_table ? f->id_table : "?", f->id_limit,
@@ -272,30 +272,30 @@ static bool validate_feature(const Batch *b, const Schema *s, int i, int64_t fir
     if (f->kind == FEATURE_LABEL) {
       if (x == 0.0f || x == 1.0f) continue;
       locate(b, f, first, e, where, sizeof where);
-      return failf(why, size, "%s: label '%s' is %g; labels must be 0 or 1", where, f->name,
+      return failf(err, size, "%s: label '%s' is %g; labels must be 0 or 1", where, f->name,
                    (double)x);
     }
     if (isfinite(x)) continue;
     locate(b, f, first, e, where, sizeof where);
-    return failf(why, size, "%s: feature '%s': element %" PRId64 " is %g, not a finite number",
+    return failf(err, size, "%s: feature '%s': element %" PRId64 " is %g, not a finite number",
                  where, f->name, e % f->width, (double)x);
   }
   return true;
 }
 
-bool batch_validate_from(const Batch *b, const Schema *s, int64_t first, char *why,
-                         size_t why_size) {
+bool batch_validate_from(const Batch *b, const Schema *s, int64_t first, char *err,
+                         size_t err_size) {
   if (b->njagged != s->njagged || b->nfeatures != s->nfeatures)
-    return failf(why, why_size,
+    return failf(err, err_size,
                  "the batch has %d features and %d jagged dims; the schema has %d and %d",
                  b->nfeatures, b->njagged, s->nfeatures, s->njagged);
-  if (b->B < 0) return failf(why, why_size, "the batch size is negative (%" PRId64 ")", b->B);
-  if (!batch_validate_offsets(b, s, first, why, why_size)) return false;
+  if (b->B < 0) return failf(err, err_size, "the batch size is negative (%" PRId64 ")", b->B);
+  if (!batch_validate_offsets(b, s, first, err, err_size)) return false;
   for (int i = 0; i < s->nfeatures; i++)
-    if (!validate_feature(b, s, i, first, why, why_size)) return false;
+    if (!validate_feature(b, s, i, first, err, err_size)) return false;
   return true;
 }
 
-bool batch_validate(const Batch *b, const Schema *s, char *why, size_t why_size) {
-  return batch_validate_from(b, s, 0, why, why_size);
+bool batch_validate(const Batch *b, const Schema *s, char *err, size_t err_size) {
+  return batch_validate_from(b, s, 0, err, err_size);
 }

@@ -62,17 +62,17 @@ void batch_alloc(Batch *b, const Schema *s, int64_t B);
 // Makes room for `n` entries of feature f (keeps the contents).
 void batch_reserve(Batch *b, int f, int64_t n);
 void batch_free(Batch *b);
-// Checks every invariant above against the schema; on failure writes why and returns false.
+// Checks every invariant above against the schema; on failure writes err and returns false.
 // Messages name the example ("example 17: ...").
-bool batch_validate(const Batch *b, const Schema *s, char *why, size_t why_size);
+bool batch_validate(const Batch *b, const Schema *s, char *err, size_t err_size);
 // The same, numbering the examples from `first` (example k of the batch is `first + k`), for
 // callers that hold a window of a longer stream (a chunk of a data file).
-bool batch_validate_from(const Batch *b, const Schema *s, int64_t first, char *why,
-                         size_t why_size);
+bool batch_validate_from(const Batch *b, const Schema *s, int64_t first, char *err,
+                         size_t err_size);
 // Only the offsets and totals part of batch_validate_from (for a reader that checks the
 // offsets before it trusts them to size the values).
-bool batch_validate_offsets(const Batch *b, const Schema *s, int64_t first, char *why,
-                            size_t why_size);
+bool batch_validate_offsets(const Batch *b, const Schema *s, int64_t first, char *err,
+                            size_t err_size);
 
 // Copies examples [src_first, src_first + n) of `src` to examples [dst_first, dst_first + n)
 // of `dst` (both for the same schema). Examples [0, dst_first) of dst must be filled already:

@@ -164,9 +164,9 @@ bool datafile_write(DataWriter *w, const Batch *b, char *err, size_t err_size) {
   if (b->B > MAX_CHUNK_EXAMPLES)
     return fail(err, err_size, "cannot write %s: a chunk holds at most %" PRId64 " examples",
                 w->path, MAX_CHUNK_EXAMPLES);
-  char why[512];
-  if (!batch_validate_from(b, s, (int64_t)w->examples, why, sizeof why))
-    return fail(err, err_size, "cannot write %s: %s", w->path, why);
+  char reason[512];
+  if (!batch_validate_from(b, s, (int64_t)w->examples, reason, sizeof reason))
+    return fail(err, err_size, "cannot write %s: %s", w->path, reason);
   Bytes *c = &w->chunk;
   c->len = 0;
   memcpy(bytes_extend(c, 4), CHUNK_MARKER, 4);
@@ -580,9 +580,9 @@ static bool load_chunk(DataReader *r, int64_t index, char *err, size_t err_size)
     p += 8 * (c->n + 1);
   }
   left -= offsets_bytes;
-  char why[512];
-  if (!batch_validate_offsets(b, s, c->first, why, sizeof why))
-    return fail(err, err_size, "%s: %s: %s", r->path, name, why);
+  char reason[512];
+  if (!batch_validate_offsets(b, s, c->first, reason, sizeof reason))
+    return fail(err, err_size, "%s: %s: %s", r->path, name, reason);
   for (int i = 0; i < r->nfeats; i++) {
     const Feature *f = &s->features[r->feats[i].model];
     int m = r->feats[i].model;
@@ -604,8 +604,8 @@ static bool load_chunk(DataReader *r, int64_t index, char *err, size_t err_size)
     return fail(err, err_size,
                 "%s: %s: %" PRId64 " bytes left over after the last feature: the chunk is "
                 "corrupt", r->path, name, left);
-  if (!batch_validate_from(b, s, c->first, why, sizeof why))
-    return fail(err, err_size, "%s: %s: %s", r->path, name, why);
+  if (!batch_validate_from(b, s, c->first, reason, sizeof reason))
+    return fail(err, err_size, "%s: %s: %s", r->path, name, reason);
   r->cached = index;
   return true;
 }

@@ -49,13 +49,13 @@ static void out_section(Out *o, uint32_t tag, const void *a, size_t na, const vo
   out_put(o, b, nb);
 }
 
-static bool write_file_atomic(const char *path, const void *data, size_t n, char *why,
-                              size_t why_size) {
+static bool write_file_atomic(const char *path, const void *data, size_t n, char *err,
+                              size_t err_size) {
   char tmp[4200];
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
   int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
-    snprintf(why, why_size, "cannot write %s: %s", path, strerror(errno));
+    snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
     return false;
   }
   const char *p = data;
@@ -74,13 +74,13 @@ static bool write_file_atomic(const char *path, const void *data, size_t n, char
   ok = close(fd) == 0 && ok;
   ok = ok && rename(tmp, path) == 0;
   if (!ok) {
-    snprintf(why, why_size, "cannot write %s: %s", path, strerror(errno));
+    snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
     unlink(tmp);
   }
   return ok;
 }
 
-bool artifact_write(const char *path, const Artifact *a, char *why, size_t why_size) {
+bool artifact_write(const char *path, const Artifact *a, char *err, size_t err_size) {
   Out o = {0};
   out_put(&o, MAGIC, 8);
   out_u32(&o, ARTIFACT_FORMAT);
@@ -98,7 +98,7 @@ bool artifact_write(const char *path, const Artifact *a, char *why, size_t why_s
     out_section(&o, TAG_CUBIN, c->arch, strlen(c->arch) + 1, c->image, c->size);
   }
   out_u32(&o, crc32_update(0, o.data, o.len));
-  bool ok = write_file_atomic(path, o.data, o.len, why, why_size);
+  bool ok = write_file_atomic(path, o.data, o.len, err, err_size);
   free(o.data);
   return ok;
 }
@@ -123,11 +123,11 @@ static char *dup_text(const unsigned char *p, size_t n) {
   return s;
 }
 
-static bool read_all(const char *path, unsigned char **data, size_t *n, char *why,
-                     size_t why_size) {
+static bool read_all(const char *path, unsigned char **data, size_t *n, char *reason,
+                     size_t err_size) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    snprintf(why, why_size, "cannot read artifact %s: %s", path, strerror(errno));
+    snprintf(reason, err_size, "cannot read artifact %s: %s", path, strerror(errno));
     return false;
   }
   size_t cap = 1 << 16, len = 0;
@@ -141,7 +141,7 @@ static bool read_all(const char *path, unsigned char **data, size_t *n, char *wh
   fclose(f);
   if (err) {
     free(buf);
-    snprintf(why, why_size, "cannot read artifact %s", path);
+    snprintf(reason, err_size, "cannot read artifact %s", path);
     return false;
   }
   *data = buf;
@@ -149,52 +149,52 @@ static bool read_all(const char *path, unsigned char **data, size_t *n, char *wh
   return true;
 }
 
-static bool corrupt(const char *path, const char *what, char *why, size_t why_size) {
-  snprintf(why, why_size, "artifact %s is corrupted (%s); rebuild it with `gemc build`", path,
+static bool corrupt(const char *path, const char *what, char *err, size_t err_size) {
+  snprintf(err, err_size, "artifact %s is corrupted (%s); rebuild it with `gemc build`", path,
            what);
   return false;
 }
 
-bool artifact_read(const char *path, Artifact *a, char *why, size_t why_size) {
+bool artifact_read(const char *path, Artifact *a, char *err, size_t err_size) {
   memset(a, 0, sizeof *a);
   unsigned char *d;
   size_t n;
-  if (!read_all(path, &d, &n, why, why_size)) return false;
+  if (!read_all(path, &d, &n, err, err_size)) return false;
   bool ok = false;
   if (n < 8 || memcmp(d, MAGIC, 8) != 0) {
-    snprintf(why, why_size, "%s is not a gemc artifact (bad magic)", path);
+    snprintf(err, err_size, "%s is not a gemc artifact (bad magic)", path);
     goto done;
   }
   if (n < 20) {
-    corrupt(path, "truncated", why, why_size);
+    corrupt(path, "truncated", err, err_size);
     goto done;
   }
   if (rd_u32(d + 8) != ARTIFACT_FORMAT) {
-    snprintf(why, why_size, "artifact %s has format %u; this gemc reads format %d: rebuild it "
+    snprintf(err, err_size, "artifact %s has format %u; this gemc reads format %d: rebuild it "
              "with this gemc's `gemc build`", path, rd_u32(d + 8), ARTIFACT_FORMAT);
     goto done;
   }
   if (rd_u32(d + n - 4) != crc32_update(0, d, n - 4)) {
-    corrupt(path, "file checksum mismatch or truncated", why, why_size);
+    corrupt(path, "file checksum mismatch or truncated", err, err_size);
     goto done;
   }
   uint32_t nsections = rd_u32(d + 12);
   size_t pos = 16, end = n - 4;
   for (uint32_t s = 0; s < nsections; s++) {
     if (end - pos < 16) {
-      corrupt(path, "section header past the end", why, why_size);
+      corrupt(path, "section header past the end", err, err_size);
       goto done;
     }
     uint32_t tag = rd_u32(d + pos), crc = rd_u32(d + pos + 4);
     uint64_t len = rd_u64(d + pos + 8);
     pos += 16;
     if (len > end - pos) {
-      corrupt(path, "section past the end", why, why_size);
+      corrupt(path, "section past the end", err, err_size);
       goto done;
     }
     const unsigned char *p = d + pos;
     if (crc32_update(0, p, len) != crc) {
-      corrupt(path, "section checksum mismatch", why, why_size);
+      corrupt(path, "section checksum mismatch", err, err_size);
       goto done;
     }
     pos += len;
@@ -205,7 +205,7 @@ bool artifact_read(const char *path, Artifact *a, char *why, size_t why_size) {
       break;
     case TAG_MODEL:
       if (len < 8) {
-        corrupt(path, "short model section", why, why_size);
+        corrupt(path, "short model section", err, err_size);
         goto done;
       }
       a->model_key = rd_u64(p);
@@ -217,7 +217,7 @@ bool artifact_read(const char *path, Artifact *a, char *why, size_t why_size) {
     case TAG_CUBIN: {
       const unsigned char *nul = memchr(p, 0, len);
       if (!nul || nul - p >= 16) {
-        corrupt(path, "bad per-arch section", why, why_size);
+        corrupt(path, "bad per-arch section", err, err_size);
         goto done;
       }
       ArtifactCubin *c = NULL;
@@ -225,7 +225,7 @@ bool artifact_read(const char *path, Artifact *a, char *why, size_t why_size) {
         if (strcmp(a->cubins[i].arch, (const char *)p) == 0) c = &a->cubins[i];
       if (!c) {
         if (a->ncubins == ARTIFACT_MAX_ARCHS) {
-          corrupt(path, "too many archs", why, why_size);
+          corrupt(path, "too many archs", err, err_size);
           goto done;
         }
         c = &a->cubins[a->ncubins++];
@@ -252,7 +252,7 @@ bool artifact_read(const char *path, Artifact *a, char *why, size_t why_size) {
   for (int i = 0; i < a->ncubins; i++)
     complete = complete && a->cubins[i].plan_text && a->cubins[i].source && a->cubins[i].image;
   if (!complete) {
-    corrupt(path, "a required section is missing", why, why_size);
+    corrupt(path, "a required section is missing", err, err_size);
     goto done;
   }
   ok = true;
@@ -274,14 +274,14 @@ void artifact_free(Artifact *a) {
 
 bool artifact_check(const Artifact *a, uint64_t model_key, const char *model_name,
                     const char *gemc_version, const char *arch, const ArtifactCubin **cubin,
-                    char *why, size_t why_size) {
+                    char *err, size_t err_size) {
   if (strcmp(a->gemc_version, gemc_version) != 0) {
-    snprintf(why, why_size, "the artifact was built by gemc %s, this is gemc %s: rebuild it "
+    snprintf(err, err_size, "the artifact was built by gemc %s, this is gemc %s: rebuild it "
              "with `gemc build`", a->gemc_version, gemc_version);
     return false;
   }
   if (a->model_key != model_key) {
-    snprintf(why, why_size, "the artifact was built for another model (%s, key %016llx), not "
+    snprintf(err, err_size, "the artifact was built for another model (%s, key %016llx), not "
              "%s (key %016llx): rebuild it from this model", a->model_name,
              (unsigned long long)a->model_key, model_name ? model_name : "this one",
              (unsigned long long)model_key);
@@ -297,7 +297,7 @@ bool artifact_check(const Artifact *a, uint64_t model_key, const char *model_nam
     int w = snprintf(have + used, sizeof have - used, "%s%s", i ? ", " : "", a->cubins[i].arch);
     if (w > 0 && (size_t)w < sizeof have - used) used += (size_t)w;
   }
-  snprintf(why, why_size, "the artifact has no cubin for this GPU's arch %s (it has: %s); "
+  snprintf(err, err_size, "the artifact has no cubin for this GPU's arch %s (it has: %s); "
            "rebuild it with `gemc build --arch %s`", arch, a->ncubins ? have : "none", arch);
   return false;
 }

@@ -36,10 +36,10 @@ typedef struct Artifact {
 
 // Writes atomically (temporary file, fsync, rename). The artifact's strings and images are
 // only read.
-bool artifact_write(const char *path, const Artifact *a, char *why, size_t why_size);
+bool artifact_write(const char *path, const Artifact *a, char *err, size_t err_size);
 // Reads and verifies every checksum; a truncated, corrupted or foreign file is an error that
 // says so. On success the artifact owns malloc'd copies (artifact_free).
-bool artifact_read(const char *path, Artifact *a, char *why, size_t why_size);
+bool artifact_read(const char *path, Artifact *a, char *err, size_t err_size);
 void artifact_free(Artifact *a);
 
 // Checks that `a` fits this run: built by `gemc_version`, for the model with `model_key`, and
@@ -47,6 +47,6 @@ void artifact_free(Artifact *a);
 // version or model it was built for, or which archs it has.
 bool artifact_check(const Artifact *a, uint64_t model_key, const char *model_name,
                     const char *gemc_version, const char *arch, const ArtifactCubin **cubin,
-                    char *why, size_t why_size);
+                    char *err, size_t err_size);
 
 #endif

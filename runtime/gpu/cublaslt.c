@@ -78,48 +78,48 @@ struct Gemm {
                      CUstream s);
 };
 
-static bool sym(void *lib, void **slot, const char *name, char *why, size_t why_size) {
+static bool sym(void *lib, void **slot, const char *name, char *err, size_t err_size) {
   *slot = dlsym(lib, name);
-  if (!*slot) snprintf(why, why_size, "libcublasLt.so.13 has no %s", name);
+  if (!*slot) snprintf(err, err_size, "libcublasLt.so.13 has no %s", name);
   return *slot != NULL;
 }
 
-Gemm *gemm_open(char *why, size_t why_size) {
+Gemm *gemm_open(char *err, size_t err_size) {
   const CudaDriver *d = cuda_driver();
   if (!d) {
-    snprintf(why, why_size, "cuBLASLt needs the CUDA driver, which is not loaded");
+    snprintf(err, err_size, "cuBLASLt needs the CUDA driver, which is not loaded");
     return NULL;
   }
   void *lib = dlopen("libcublasLt.so.13", RTLD_NOW | RTLD_LOCAL);
   if (!lib) lib = dlopen("libcublasLt.so", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
     const char *e = dlerror();
-    snprintf(why, why_size, "cannot load libcublasLt.so.13 (%s)", e ? e : "not found");
+    snprintf(err, err_size, "cannot load libcublasLt.so.13 (%s)", e ? e : "not found");
     return NULL;
   }
   Gemm *g = calloc(1, sizeof *g);
   g->lib = lib;
-  bool ok = sym(lib, (void **)&g->create, "cublasLtCreate", why, why_size) &&
-            sym(lib, (void **)&g->destroy, "cublasLtDestroy", why, why_size) &&
-            sym(lib, (void **)&g->get_version, "cublasLtGetVersion", why, why_size) &&
-            sym(lib, (void **)&g->desc_create, "cublasLtMatmulDescCreate", why, why_size) &&
-            sym(lib, (void **)&g->desc_destroy, "cublasLtMatmulDescDestroy", why, why_size) &&
-            sym(lib, (void **)&g->desc_set, "cublasLtMatmulDescSetAttribute", why, why_size) &&
-            sym(lib, (void **)&g->layout_create, "cublasLtMatrixLayoutCreate", why, why_size) &&
-            sym(lib, (void **)&g->layout_destroy, "cublasLtMatrixLayoutDestroy", why, why_size) &&
-            sym(lib, (void **)&g->pref_create, "cublasLtMatmulPreferenceCreate", why, why_size) &&
-            sym(lib, (void **)&g->pref_destroy, "cublasLtMatmulPreferenceDestroy", why,
-                why_size) &&
-            sym(lib, (void **)&g->pref_set, "cublasLtMatmulPreferenceSetAttribute", why,
-                why_size) &&
-            sym(lib, (void **)&g->heuristic, "cublasLtMatmulAlgoGetHeuristic", why, why_size) &&
-            sym(lib, (void **)&g->matmul, "cublasLtMatmul", why, why_size);
+  bool ok = sym(lib, (void **)&g->create, "cublasLtCreate", err, err_size) &&
+            sym(lib, (void **)&g->destroy, "cublasLtDestroy", err, err_size) &&
+            sym(lib, (void **)&g->get_version, "cublasLtGetVersion", err, err_size) &&
+            sym(lib, (void **)&g->desc_create, "cublasLtMatmulDescCreate", err, err_size) &&
+            sym(lib, (void **)&g->desc_destroy, "cublasLtMatmulDescDestroy", err, err_size) &&
+            sym(lib, (void **)&g->desc_set, "cublasLtMatmulDescSetAttribute", err, err_size) &&
+            sym(lib, (void **)&g->layout_create, "cublasLtMatrixLayoutCreate", err, err_size) &&
+            sym(lib, (void **)&g->layout_destroy, "cublasLtMatrixLayoutDestroy", err, err_size) &&
+            sym(lib, (void **)&g->pref_create, "cublasLtMatmulPreferenceCreate", err, err_size) &&
+            sym(lib, (void **)&g->pref_destroy, "cublasLtMatmulPreferenceDestroy", err,
+                err_size) &&
+            sym(lib, (void **)&g->pref_set, "cublasLtMatmulPreferenceSetAttribute", err,
+                err_size) &&
+            sym(lib, (void **)&g->heuristic, "cublasLtMatmulAlgoGetHeuristic", err, err_size) &&
+            sym(lib, (void **)&g->matmul, "cublasLtMatmul", err, err_size);
   if (ok && g->create(&g->handle) != 0) {
-    snprintf(why, why_size, "cublasLtCreate failed");
+    snprintf(err, err_size, "cublasLtCreate failed");
     ok = false;
   }
   if (ok && !CU_CHECK(d->cuMemAlloc(&g->workspace, WORKSPACE_BYTES))) {
-    snprintf(why, why_size, "cuBLASLt workspace: %s", cuda_last_error());
+    snprintf(err, err_size, "cuBLASLt workspace: %s", cuda_last_error());
     ok = false;
   }
   if (ok && !(CU_CHECK(d->cuModuleLoadData(&g->helpers, gpu_helpers_ptx)) &&
@@ -128,7 +128,7 @@ Gemm *gemm_open(char *why, size_t why_size) {
               CU_CHECK(d->cuModuleGetFunction(&g->round_fp16, g->helpers,
                                               "gemc_round_bias_fp16")) &&
               CU_CHECK(d->cuMemAlloc(&g->bias16, (size_t)BIAS16_MAX * 2)))) {
-    snprintf(why, why_size, "the GEMM helper kernels: %s", cuda_last_error());
+    snprintf(err, err_size, "the GEMM helper kernels: %s", cuda_last_error());
     ok = false;
   }
   if (!ok) {
@@ -181,7 +181,7 @@ static void describe(const GemmShape *s, char *out, size_t size) {
 }
 
 bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-              CUdeviceptr bias, CUstream stream, char *why, size_t why_size) {
+              CUdeviceptr bias, CUstream stream, char *err, size_t err_size) {
   char shape[160];
   describe(s, shape, sizeof shape);
   if (s->m == 0 || s->n == 0) return true;
@@ -192,24 +192,24 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
     // added: the plan only has k = 0 for weight gradients, which have none).
     if (s->beta == 0.0f &&
         !CU_CHECK(drv->cuMemsetD8Async(c, 0, (size_t)(s->m * s->n) * elem, stream))) {
-      snprintf(why, why_size, "%s: %s", shape, cuda_last_error());
+      snprintf(err, err_size, "%s: %s", shape, cuda_last_error());
       return false;
     }
     return true;
   }
   if (s->act != ACT_NONE && s->act != ACT_RELU) {
-    snprintf(why, why_size, "%s: cuBLASLt has no epilogue for %s", shape, act_name(s->act));
+    snprintf(err, err_size, "%s: cuBLASLt has no epilogue for %s", shape, act_name(s->act));
     return false;
   }
   DType bias_dtype = s->bias_dtype;
   if (s->has_bias && bias_dtype != DT_F32 && s->c_dtype == DT_F32) {
-    snprintf(why, why_size, "%s: a %s bias on an fp32 output is not supported", shape,
+    snprintf(err, err_size, "%s: a %s bias on an fp32 output is not supported", shape,
              dtype_name(bias_dtype));
     return false;
   }
   if (s->has_bias && bias_dtype == DT_F32 && s->c_dtype != DT_F32) {
     if (s->n > BIAS16_MAX) {
-      snprintf(why, why_size, "%s: a bias of %lld elements is longer than the %d the runtime "
+      snprintf(err, err_size, "%s: a bias of %lld elements is longer than the %d the runtime "
                "stages", shape, (long long)s->n, BIAS16_MAX);
       return false;
     }
@@ -219,7 +219,7 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
     unsigned blocks = (unsigned)((s->n + 255) / 256);
     if (!CU_CHECK(drv->cuLaunchKernel(s->c_dtype == DT_FP16 ? g->round_fp16 : g->round_bf16,
                                       blocks, 1, 1, 256, 1, 1, 0, stream, params, NULL))) {
-      snprintf(why, why_size, "%s: rounding the bias: %s", shape, cuda_last_error());
+      snprintf(err, err_size, "%s: rounding the bias: %s", shape, cuda_last_error());
       return false;
     }
     bias = g->bias16;
@@ -291,7 +291,7 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
     goto done;
   ok = true;
 done:
-  if (!ok) snprintf(why, why_size, "%s: %s failed", shape, step);
+  if (!ok) snprintf(err, err_size, "%s: %s failed", shape, step);
   if (pref) g->pref_destroy(pref);
   if (lc) g->layout_destroy(lc);
   if (lb) g->layout_destroy(lb);

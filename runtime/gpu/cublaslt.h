@@ -23,8 +23,8 @@
 typedef struct Gemm Gemm;
 
 // Loads libcublasLt.so.13 and creates a handle (the CUDA context must be current). Returns
-// NULL with the reason in `why`.
-Gemm *gemm_open(char *why, size_t why_size);
+// NULL with the reason in `err`.
+Gemm *gemm_open(char *err, size_t err_size);
 void gemm_close(Gemm *g);
 // cublasLtGetVersion, e.g. 130000.
 size_t gemm_library_version(const Gemm *g);
@@ -45,6 +45,6 @@ typedef struct GemmShape {
 // caller's job) are no-ops. Fails with a message naming the shape when cuBLASLt has no
 // algorithm for it or the call fails.
 bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
-              CUdeviceptr bias, CUstream stream, char *why, size_t why_size);
+              CUdeviceptr bias, CUstream stream, char *err, size_t err_size);
 
 #endif

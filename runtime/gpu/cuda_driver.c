@@ -137,9 +137,9 @@ static void load_once(void) {
   g_loaded = true;
 }
 
-bool cuda_driver_load(char *why, size_t why_size) {
+bool cuda_driver_load(char *err, size_t err_size) {
   pthread_once(&g_once, load_once);
-  if (!g_loaded && why && why_size) snprintf(why, why_size, "%s", g_load_error);
+  if (!g_loaded && err && err_size) snprintf(err, err_size, "%s", g_load_error);
   return g_loaded;
 }
 
@@ -153,9 +153,9 @@ static void arch_name(int major, int minor, char *out, size_t size) {
     snprintf(out, size, "sm_%d%d", major, minor);
 }
 
-bool cuda_context_open(CudaContext *c, int ordinal, char *why, size_t why_size) {
+bool cuda_context_open(CudaContext *c, int ordinal, char *err, size_t err_size) {
   memset(c, 0, sizeof *c);
-  if (!cuda_driver_load(why, why_size)) return false;
+  if (!cuda_driver_load(err, err_size)) return false;
   const CudaDriver *d = &g_driver;
   if (ordinal < 0) {
     const char *env = getenv("GEMC_DEVICE");
@@ -164,11 +164,11 @@ bool cuda_context_open(CudaContext *c, int ordinal, char *why, size_t why_size) 
   int count = 0;
   if (!CU_CHECK(d->cuDeviceGetCount(&count))) goto fail;
   if (count == 0) {
-    snprintf(why, why_size, "the CUDA driver sees no device");
+    snprintf(err, err_size, "the CUDA driver sees no device");
     return false;
   }
   if (ordinal >= count) {
-    snprintf(why, why_size, "device %d requested, but the driver sees %d", ordinal, count);
+    snprintf(err, err_size, "device %d requested, but the driver sees %d", ordinal, count);
     return false;
   }
   c->ordinal = ordinal;
@@ -194,7 +194,7 @@ bool cuda_context_open(CudaContext *c, int ordinal, char *why, size_t why_size) 
   }
   return true;
 fail:
-  snprintf(why, why_size, "%s", cuda_last_error());
+  snprintf(err, err_size, "%s", cuda_last_error());
   return false;
 }
 
@@ -209,21 +209,21 @@ bool cuda_context_make_current(const CudaContext *c) {
   return g_loaded && CU_CHECK(g_driver.cuCtxSetCurrent(c->ctx));
 }
 
-bool cuda_usable(char *why, size_t why_size) {
+bool cuda_usable(char *err, size_t err_size) {
   static int cached = -1;
-  static char cached_why[512];
+  static char cached_err[512];
   if (cached < 0) {
     cached = 0;
-    if (cuda_driver_load(cached_why, sizeof cached_why)) {
+    if (cuda_driver_load(cached_err, sizeof cached_err)) {
       int n = 0;
       if (!CU_CHECK(g_driver.cuDeviceGetCount(&n)))
-        snprintf(cached_why, sizeof cached_why, "%.500s", cuda_last_error());
+        snprintf(cached_err, sizeof cached_err, "%.500s", cuda_last_error());
       else if (n == 0)
-        snprintf(cached_why, sizeof cached_why, "the CUDA driver sees no device");
+        snprintf(cached_err, sizeof cached_err, "the CUDA driver sees no device");
       else
         cached = 1;
     }
   }
-  if (!cached && why && why_size) snprintf(why, why_size, "%s", cached_why);
+  if (!cached && err && err_size) snprintf(err, err_size, "%s", cached_err);
   return cached == 1;
 }

@@ -94,9 +94,9 @@ typedef struct CudaDriver {
 } CudaDriver;
 
 // Loads the driver once (thread-safe) and calls cuInit(0). Returns false with the reason in
-// `why` when there is no libcuda.so.1, an entry point is missing, or cuInit fails (no device,
+// `err` when there is no libcuda.so.1, an entry point is missing, or cuInit fails (no device,
 // driver too old). GEMC_NO_CUDA=1 in the environment makes it fail on purpose (tests).
-bool cuda_driver_load(char *why, size_t why_size);
+bool cuda_driver_load(char *err, size_t err_size);
 // The loaded driver; NULL before a successful cuda_driver_load.
 const CudaDriver *cuda_driver(void);
 
@@ -124,13 +124,13 @@ typedef struct CudaContext {
 
 // Loads the driver and opens device `ordinal` (0 unless $GEMC_DEVICE says otherwise when
 // ordinal < 0). Returns false with a reason when there is no usable GPU.
-bool cuda_context_open(CudaContext *c, int ordinal, char *why, size_t why_size);
+bool cuda_context_open(CudaContext *c, int ordinal, char *err, size_t err_size);
 void cuda_context_close(CudaContext *c);
 // Makes c's context current on the calling thread (worker threads).
 bool cuda_context_make_current(const CudaContext *c);
 
 // Cheap probe for `--backend auto`: true when the driver loads and sees a device; else the
 // reason. Caches its answer.
-bool cuda_usable(char *why, size_t why_size);
+bool cuda_usable(char *err, size_t err_size);
 
 #endif

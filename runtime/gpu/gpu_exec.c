@@ -157,24 +157,24 @@ static const char *sizes_text(const GpuExec *g, char *out, size_t size) {
 
 // --- creation ---------------------------------------------------------------------------
 
-static bool alloc_device(GpuExec *g, CUdeviceptr *p, size_t bytes, const char *what, char *why,
-                         size_t why_size) {
+static bool alloc_device(GpuExec *g, CUdeviceptr *p, size_t bytes, const char *what, char *err,
+                         size_t err_size) {
   if (!CU_CHECK(g->d->cuMemAlloc(p, bytes ? bytes : 1))) {
     size_t free_b = 0, total = 0;
     g->d->cuMemGetInfo(&free_b, &total);
-    return fail(why, why_size, "out of GPU memory allocating %s (%zu bytes; %zu of %zu bytes "
+    return fail(err, err_size, "out of GPU memory allocating %s (%zu bytes; %zu of %zu bytes "
                 "free): %s", what, bytes, free_b, total, cuda_last_error());
   }
   g->bytes_allocated += bytes;
   return true;
 }
 
-static bool load_kernels(GpuExec *g, const void *const *images, int nimages, char *why,
-                         size_t why_size) {
+static bool load_kernels(GpuExec *g, const void *const *images, int nimages, char *err,
+                         size_t err_size) {
   g->modules = xcalloc((size_t)nimages, sizeof *g->modules);
   for (int i = 0; i < nimages; i++) {
     if (!CU_CHECK(g->d->cuModuleLoadData(&g->modules[i], images[i])))
-      return fail(why, why_size, "loading module %d of %d: %s", i + 1, nimages,
+      return fail(err, err_size, "loading module %d of %d: %s", i + 1, nimages,
                   cuda_last_error());
     g->nmodules++;
   }
@@ -192,19 +192,19 @@ static bool load_kernels(GpuExec *g, const void *const *images, int nimages, cha
         g->launch_fn[i] = f;
     }
     if (!g->launch_fn[i])
-      return fail(why, why_size, "kernel %s (launch %d, IR node %d) is in none of the %d "
+      return fail(err, err_size, "kernel %s (launch %d, IR node %d) is in none of the %d "
                   "compiled modules", l->kernel, i, l->node, g->nmodules);
     if (l->smem > 48 * 1024 &&
         !CU_CHECK(g->d->cuFuncSetAttribute(g->launch_fn[i],
                                            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
                                            l->smem)))
-      return fail(why, why_size, "kernel %s asks for %d bytes of shared memory (the GPU allows "
+      return fail(err, err_size, "kernel %s asks for %d bytes of shared memory (the GPU allows "
                   "%d): %s", l->kernel, l->smem, g->ctx->max_smem_optin, cuda_last_error());
   }
   return true;
 }
 
-static bool alloc_buffers(GpuExec *g, char *why, size_t why_size) {
+static bool alloc_buffers(GpuExec *g, char *err, size_t err_size) {
   const Plan *p = g->p;
   int64_t tmax[64];
   const int64_t *totals = max_totals(g, tmax);
@@ -214,7 +214,7 @@ static bool alloc_buffers(GpuExec *g, char *why, size_t why_size) {
     char what[256];
     snprintf(what, sizeof what, "buffer %s (%s)", p->buffers[i].name,
              p->buffers[i].persistent ? "persistent" : "per batch");
-    if (!alloc_device(g, &g->buffers[i], (size_t)(bytes > 0 ? bytes : 0), what, why, why_size))
+    if (!alloc_device(g, &g->buffers[i], (size_t)(bytes > 0 ? bytes : 0), what, err, err_size))
       return false;
   }
   size_t ws = 0;
@@ -225,10 +225,10 @@ static bool alloc_buffers(GpuExec *g, char *why, size_t why_size) {
         if (b > 0 && (size_t)b > ws) ws = (size_t)b;
       }
   g->workspace_bytes = ws;
-  return ws == 0 || alloc_device(g, &g->workspace, ws, "the launch workspace", why, why_size);
+  return ws == 0 || alloc_device(g, &g->workspace, ws, "the launch workspace", err, err_size);
 }
 
-static bool setup_staging(GpuExec *g, char *why, size_t why_size) {
+static bool setup_staging(GpuExec *g, char *err, size_t err_size) {
   const Ir *ir = g->ir;
   schema_from_ir(ir, &g->schema);
   g->feature_of = xcalloc((size_t)ir->ntensors, sizeof *g->feature_of);
@@ -254,12 +254,12 @@ static bool setup_staging(GpuExec *g, char *why, size_t why_size) {
     Slot *sl = &g->slots[s];
     sl->bytes = at;
     if (!CU_CHECK(g->d->cuMemAllocHost(&sl->host, at ? at : 1)))
-      return fail(why, why_size, "pinned host memory for batches (%zu bytes): %s", at,
+      return fail(err, err_size, "pinned host memory for batches (%zu bytes): %s", at,
                   cuda_last_error());
-    if (!alloc_device(g, &sl->dev, at, "a batch staging slot", why, why_size)) return false;
+    if (!alloc_device(g, &sl->dev, at, "a batch staging slot", err, err_size)) return false;
     if (!CU_CHECK(g->d->cuEventCreate(&sl->uploaded, CU_EVENT_DISABLE_TIMING)) ||
         !CU_CHECK(g->d->cuEventCreate(&sl->consumed, CU_EVENT_DISABLE_TIMING)))
-      return fail(why, why_size, "%s", cuda_last_error());
+      return fail(err, err_size, "%s", cuda_last_error());
     sl->totals = xcalloc((size_t)ir->njagged + 1, sizeof *sl->totals);
     sl->tile_count = xcalloc((size_t)g->p->ntiles + 1, sizeof *sl->tile_count);
     sl->tile_offset = xcalloc((size_t)g->p->ntiles + 1, sizeof *sl->tile_offset);
@@ -269,7 +269,7 @@ static bool setup_staging(GpuExec *g, char *why, size_t why_size) {
   return true;
 }
 
-static bool setup_tasks(GpuExec *g, char *why, size_t why_size) {
+static bool setup_tasks(GpuExec *g, char *err, size_t err_size) {
   const Ir *ir = g->ir;
   for (int i = 0; i < ir->nforward; i++)
     if (ir->nodes[i].op == OP_BCE) g->ntasks++;
@@ -284,19 +284,19 @@ static bool setup_tasks(GpuExec *g, char *why, size_t why_size) {
   size_t n = 1 + (size_t)g->ntasks * (size_t)g->o.max_batch;
   if (!CU_CHECK(g->d->cuMemAllocHost((void **)&g->host_out, n * 4)) ||
       !CU_CHECK(g->d->cuMemAllocHost((void **)&g->host_out16, n * 2)))
-    return fail(why, why_size, "pinned host memory for results: %s", cuda_last_error());
+    return fail(err, err_size, "pinned host memory for results: %s", cuda_last_error());
   return true;
 }
 
 GpuExec *gpu_exec_new(const Plan *p, const CudaContext *ctx, const void *const *images,
-                      int nimages, const GpuExecOptions *o, char *why, size_t why_size) {
+                      int nimages, const GpuExecOptions *o, char *err, size_t err_size) {
   const CudaDriver *d = cuda_driver();
   if (!d) {
-    fail(why, why_size, "the CUDA driver is not loaded");
+    fail(err, err_size, "the CUDA driver is not loaded");
     return NULL;
   }
   if (p->ir->njagged > 64) {
-    fail(why, why_size, "the model has %d jagged dims; the GPU executor handles 64",
+    fail(err, err_size, "the model has %d jagged dims; the GPU executor handles 64",
          p->ir->njagged);
     return NULL;
   }
@@ -315,15 +315,15 @@ GpuExec *gpu_exec_new(const Plan *p, const CudaContext *ctx, const void *const *
             CU_CHECK(d->cuEventCreate(&g->step_start, 0)) &&
             CU_CHECK(d->cuEventCreate(&g->step_end, 0)) &&
             CU_CHECK(d->cuEventCreate(&g->readback, CU_EVENT_DISABLE_TIMING));
-  if (!ok) fail(why, why_size, "%s", cuda_last_error());
-  ok = ok && load_kernels(g, images, nimages, why, why_size);
-  ok = ok && alloc_buffers(g, why, why_size);
-  ok = ok && setup_staging(g, why, why_size);
-  ok = ok && setup_tasks(g, why, why_size);
+  if (!ok) fail(err, err_size, "%s", cuda_last_error());
+  ok = ok && load_kernels(g, images, nimages, err, err_size);
+  ok = ok && alloc_buffers(g, err, err_size);
+  ok = ok && setup_staging(g, err, err_size);
+  ok = ok && setup_tasks(g, err, err_size);
   bool needs_gemm = false;
   for (int i = 0; i < p->nlaunches; i++) needs_gemm |= p->launches[i].kind == LAUNCH_GEMM;
   if (ok && needs_gemm) {
-    g->gemm = gemm_open(why, why_size);
+    g->gemm = gemm_open(err, err_size);
     ok = g->gemm != NULL;
   }
   if (!ok) {
@@ -404,24 +404,24 @@ typedef union ArgValue {
 } ArgValue;
 
 static bool arg_value(const GpuExec *g, const LaunchArg *a, int64_t step, ArgValue *v,
-                      char *why, size_t why_size) {
+                      char *err, size_t err_size) {
   const Slot *s = &g->slots[g->cur];
   switch (a->kind) {
   case ARG_TENSOR:
     if (!tensor_addr(g, a->tensor, &v->ptr))
-      return fail(why, why_size, "tensor %s has no storage", g->ir->tensors[a->tensor].name);
+      return fail(err, err_size, "tensor %s has no storage", g->ir->tensors[a->tensor].name);
     return true;
   case ARG_GRAD: {
     int gt = ir_grad_of(g->ir, a->tensor);
     if (gt < 0 || !tensor_addr(g, gt, &v->ptr))
-      return fail(why, why_size, "the gradient of %s has no storage",
+      return fail(err, err_size, "the gradient of %s has no storage",
                   g->ir->tensors[a->tensor].name);
     return true;
   }
   case ARG_OPTSTATE: {
     int b = g->p->optstate_buffer ? g->p->optstate_buffer[2 * a->tensor + a->slot] : -1;
     if (b < 0)
-      return fail(why, why_size, "optimizer state %d of %s has no buffer", a->slot,
+      return fail(err, err_size, "optimizer state %d of %s has no buffer", a->slot,
                   g->ir->tensors[a->tensor].name);
     v->ptr = g->buffers[b];
     return true;
@@ -439,7 +439,7 @@ static bool arg_value(const GpuExec *g, const LaunchArg *a, int64_t step, ArgVal
     return true;
   }
   }
-  return fail(why, why_size, "unknown argument kind %d", (int)a->kind);
+  return fail(err, err_size, "unknown argument kind %d", (int)a->kind);
 }
 
 // --- launching --------------------------------------------------------------------------
@@ -463,7 +463,7 @@ static DType gemm_c_dtype(const GpuExec *g, const Launch *l) {
   return l->gemm_dtype;
 }
 
-static bool launch_one(GpuExec *g, int i, int64_t step, char *why, size_t why_size) {
+static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_size) {
   const Launch *l = &g->p->launches[i];
   const Slot *s = &g->slots[g->cur];
   char sizes[512];
@@ -471,19 +471,19 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *why, size_t why_si
   switch (l->kind) {
   case LAUNCH_ZERO: {
     ArgValue v;
-    if (!arg_value(g, &l->zero_arg, step, &v, why, why_size)) return false;
+    if (!arg_value(g, &l->zero_arg, step, &v, err, err_size)) return false;
     int64_t bytes = sym(l->zero_bytes, s->B, s->totals);
     if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(v.ptr, 0, (size_t)bytes, g->compute)))
-      return fail(why, why_size, "zeroing %" PRId64 " bytes for IR node %d (%s): %s", bytes,
+      return fail(err, err_size, "zeroing %" PRId64 " bytes for IR node %d (%s): %s", bytes,
                   l->node, sizes_text(g, sizes, sizeof sizes), cuda_last_error());
     return true;
   }
   case LAUNCH_GEMM: {
     ArgValue a, b, c, bias = {0};
-    if (!arg_value(g, &l->gemm_a, step, &a, why, why_size) ||
-        !arg_value(g, &l->gemm_b, step, &b, why, why_size) ||
-        !arg_value(g, &l->gemm_c, step, &c, why, why_size) ||
-        (l->gemm_has_bias && !arg_value(g, &l->gemm_bias, step, &bias, why, why_size)))
+    if (!arg_value(g, &l->gemm_a, step, &a, err, err_size) ||
+        !arg_value(g, &l->gemm_b, step, &b, err, err_size) ||
+        !arg_value(g, &l->gemm_c, step, &c, err, err_size) ||
+        (l->gemm_has_bias && !arg_value(g, &l->gemm_bias, step, &bias, err, err_size)))
       return false;
     GemmShape sh = {.m = sym(l->gemm_m, s->B, s->totals), .n = l->gemm_n,
                     .c_dtype = gemm_c_dtype(g, l),
@@ -496,7 +496,7 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *why, size_t why_si
                     .act = l->gemm_act};
     char e[512];
     if (!gemm_run(g->gemm, &sh, a.ptr, b.ptr, c.ptr, bias.ptr, g->compute, e, sizeof e))
-      return fail(why, why_size, "launch %d (IR node %d, %s): %s", i, l->node,
+      return fail(err, err_size, "launch %d (IR node %d, %s): %s", i, l->node,
                   sizes_text(g, sizes, sizeof sizes), e);
     return true;
   }
@@ -511,28 +511,28 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *why, size_t why_si
   }
   if (grid == 0) return true;  // an empty batch dim: nothing to do
   if (grid > 0x7fffffff)
-    return fail(why, why_size, "kernel %s (IR node %d): grid of %" PRId64 " blocks is too "
+    return fail(err, err_size, "kernel %s (IR node %d): grid of %" PRId64 " blocks is too "
                 "large (%s)", l->kernel, l->node, grid, sizes_text(g, sizes, sizeof sizes));
   ArgValue vals[PLAN_MAX_ARGS];
   void *params[PLAN_MAX_ARGS];
   for (int a = 0; a < l->nargs; a++) {
-    if (!arg_value(g, &l->args[a], step, &vals[a], why, why_size)) return false;
+    if (!arg_value(g, &l->args[a], step, &vals[a], err, err_size)) return false;
     if (l->args[a].kind == ARG_WORKSPACE) {
       int64_t bytes = sym(l->args[a].size, s->B, s->totals);
       if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(g->workspace, 0, (size_t)bytes, g->compute)))
-        return fail(why, why_size, "zeroing the workspace of kernel %s: %s", l->kernel,
+        return fail(err, err_size, "zeroing the workspace of kernel %s: %s", l->kernel,
                     cuda_last_error());
     }
     params[a] = &vals[a];
   }
   if (!CU_CHECK(d->cuLaunchKernel(g->launch_fn[i], (unsigned)grid, 1, 1, (unsigned)l->threads,
                                   1, 1, (unsigned)l->smem, g->compute, params, NULL)))
-    return fail(why, why_size, "launching kernel %s (IR node %d; grid %" PRId64 " x %d threads, "
+    return fail(err, err_size, "launching kernel %s (IR node %d; grid %" PRId64 " x %d threads, "
                 "%d bytes of shared memory; %s): %s", l->kernel, l->node, grid, l->threads,
                 l->smem, sizes_text(g, sizes, sizeof sizes), cuda_last_error());
   g->stats.launches++;
   if (g->o.sync_each_launch && !CU_CHECK(d->cuStreamSynchronize(g->compute)))
-    return fail(why, why_size, "kernel %s (IR node %d; grid %" PRId64 " x %d threads; %s) "
+    return fail(err, err_size, "kernel %s (IR node %d; grid %" PRId64 " x %d threads; %s) "
                 "failed: %s", l->kernel, l->node, grid, l->threads,
                 sizes_text(g, sizes, sizeof sizes), cuda_last_error());
   return true;
@@ -543,9 +543,9 @@ static bool in_phase(const Launch *l, int phases) {
   return (phases & ph) != 0;
 }
 
-static bool launch_phase(GpuExec *g, int phases, int64_t step, char *why, size_t why_size) {
+static bool launch_phase(GpuExec *g, int phases, int64_t step, char *err, size_t err_size) {
   for (int i = 0; i < g->p->nlaunches; i++)
-    if (in_phase(&g->p->launches[i], phases) && !launch_one(g, i, step, why, why_size))
+    if (in_phase(&g->p->launches[i], phases) && !launch_one(g, i, step, err, err_size))
       return false;
   return true;
 }
@@ -564,7 +564,7 @@ static uint64_t shape_key(const GpuExec *g, int phases) {
 // Runs the launches of `phases` (no optimizer) through a graph for this shape. A shape seen
 // for the first time runs directly (most jagged shapes never come back, and a capture costs
 // more than it saves on one run); the second time it is captured, then replayed.
-static bool launch_graphed(GpuExec *g, int phases, char *why, size_t why_size) {
+static bool launch_graphed(GpuExec *g, int phases, char *err, size_t err_size) {
   uint64_t key = shape_key(g, phases);
   Graph *slot = NULL, *oldest = &g->graphs[0];
   for (int i = 0; i < g->o.graph_cache; i++) {
@@ -579,25 +579,25 @@ static bool launch_graphed(GpuExec *g, int phases, char *why, size_t why_size) {
     if (!seen) {
       g->seen[g->seen_next] = key;
       g->seen_next = (g->seen_next + 1) % 64;
-      return launch_phase(g, phases, 0, why, why_size);
+      return launch_phase(g, phases, 0, err, err_size);
     }
     slot = oldest;
     if (slot->exec) d->cuGraphExecDestroy(slot->exec);
     slot->exec = NULL;
     if (!CU_CHECK(d->cuStreamBeginCapture(g->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)))
-      return fail(why, why_size, "starting a CUDA graph capture: %s", cuda_last_error());
+      return fail(err, err_size, "starting a CUDA graph capture: %s", cuda_last_error());
     g->capture_failed = true;  // until the graph exists: nothing has run
-    bool ok = launch_phase(g, phases, 0, why, why_size);
+    bool ok = launch_phase(g, phases, 0, err, err_size);
     CUgraph graph = NULL;
     bool ended = CU_CHECK(d->cuStreamEndCapture(g->compute, &graph));
     if (!ok) {
       if (graph) d->cuGraphDestroy(graph);
       return false;
     }
-    if (!ended) return fail(why, why_size, "ending a CUDA graph capture: %s", cuda_last_error());
+    if (!ended) return fail(err, err_size, "ending a CUDA graph capture: %s", cuda_last_error());
     ok = CU_CHECK(d->cuGraphInstantiateWithFlags(&slot->exec, graph, 0));
     d->cuGraphDestroy(graph);
-    if (!ok) return fail(why, why_size, "instantiating a CUDA graph: %s", cuda_last_error());
+    if (!ok) return fail(err, err_size, "instantiating a CUDA graph: %s", cuda_last_error());
     g->capture_failed = false;
     slot->key = key;
     slot->phases = phases;
@@ -607,20 +607,20 @@ static bool launch_graphed(GpuExec *g, int phases, char *why, size_t why_size) {
   }
   slot->last_used = ++g->step_calls;
   if (!CU_CHECK(d->cuGraphLaunch(slot->exec, g->compute)))
-    return fail(why, why_size, "launching the step's CUDA graph: %s", cuda_last_error());
+    return fail(err, err_size, "launching the step's CUDA graph: %s", cuda_last_error());
   return true;
 }
 
 // After the forward launches: the loss and the logits go to pinned memory (their buffers may
 // be reused by the backward pass).
-static bool queue_readback(GpuExec *g, char *why, size_t why_size) {
+static bool queue_readback(GpuExec *g, char *err, size_t err_size) {
   const Slot *s = &g->slots[g->cur];
   const CudaDriver *d = g->d;
   CUdeviceptr p;
   g->host_out[0] = NAN;
   if (g->ir->loss >= 0 && tensor_addr(g, g->ir->loss, &p) &&
       !CU_CHECK(d->cuMemcpyDtoHAsync(g->host_out, p, 4, g->compute)))
-    return fail(why, why_size, "reading the loss: %s", cuda_last_error());
+    return fail(err, err_size, "reading the loss: %s", cuda_last_error());
   for (int k = 0; k < g->ntasks; k++) {
     if (!tensor_addr(g, g->task_logit[k], &p)) continue;
     DType dt = g->ir->tensors[g->task_logit[k]].dtype;
@@ -630,7 +630,7 @@ static bool queue_readback(GpuExec *g, char *why, size_t why_size) {
                                                   g->compute))
                   : CU_CHECK(d->cuMemcpyDtoHAsync(g->host_out16 + off, p, (size_t)s->B * 2,
                                                   g->compute));
-    if (!ok) return fail(why, why_size, "reading the logits: %s", cuda_last_error());
+    if (!ok) return fail(err, err_size, "reading the logits: %s", cuda_last_error());
   }
   g->readback_queued = true;
   return true;
@@ -638,44 +638,44 @@ static bool queue_readback(GpuExec *g, char *why, size_t why_size) {
 
 // One phase, through a graph when graphs are on. A capture that fails (a launch that cannot be
 // captured) turns graphs off for the rest of the run, with a note, and runs the phase directly.
-static bool run_phase(GpuExec *g, int phase, int64_t step, char *why, size_t why_size) {
-  if (!g->o.graphs || g->o.sync_each_launch) return launch_phase(g, phase, step, why, why_size);
+static bool run_phase(GpuExec *g, int phase, int64_t step, char *err, size_t err_size) {
+  if (!g->o.graphs || g->o.sync_each_launch) return launch_phase(g, phase, step, err, err_size);
   g->capture_failed = false;
-  if (launch_graphed(g, phase, why, why_size)) return true;
+  if (launch_graphed(g, phase, err, err_size)) return true;
   if (!g->capture_failed) return false;  // a launch failed for real
-  fprintf(stderr, "gemc: note: CUDA graphs turned off: %s\n", why);
+  fprintf(stderr, "gemc: note: CUDA graphs turned off: %s\n", err);
   g->o.graphs = false;
-  return launch_phase(g, phase, step, why, why_size);
+  return launch_phase(g, phase, step, err, err_size);
 }
 
-bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *why, size_t why_size) {
-  if (g->cur < 0) return fail(why, why_size, "no batch was set");
+bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *err, size_t err_size) {
+  if (g->cur < 0) return fail(err, err_size, "no batch was set");
   Slot *s = &g->slots[g->cur];
   const CudaDriver *d = g->d;
   g->readback_queued = false;
   g->inflight = g->cur;
   if (!CU_CHECK(d->cuStreamWaitEvent(g->compute, s->uploaded, 0)) ||
       !CU_CHECK(d->cuEventRecord(g->step_start, g->compute)))
-    return fail(why, why_size, "%s", cuda_last_error());
-  if ((phases & GPU_FORWARD) && (!run_phase(g, GPU_FORWARD, step, why, why_size) ||
-                                 !queue_readback(g, why, why_size)))
+    return fail(err, err_size, "%s", cuda_last_error());
+  if ((phases & GPU_FORWARD) && (!run_phase(g, GPU_FORWARD, step, err, err_size) ||
+                                 !queue_readback(g, err, err_size)))
     return false;
-  if ((phases & GPU_BACKWARD) && !run_phase(g, GPU_BACKWARD, step, why, why_size))
+  if ((phases & GPU_BACKWARD) && !run_phase(g, GPU_BACKWARD, step, err, err_size))
     return false;
-  if ((phases & GPU_OPTIMIZER) && !launch_phase(g, GPU_OPTIMIZER, step, why, why_size))
+  if ((phases & GPU_OPTIMIZER) && !launch_phase(g, GPU_OPTIMIZER, step, err, err_size))
     return false;
   if (!CU_CHECK(d->cuEventRecord(g->step_end, g->compute)) ||
       !CU_CHECK(d->cuEventRecord(s->consumed, g->compute)))
-    return fail(why, why_size, "%s", cuda_last_error());
+    return fail(err, err_size, "%s", cuda_last_error());
   g->stats.steps++;
   return true;
 }
 
-bool gpu_exec_finish(GpuExec *g, double *loss, char *why, size_t why_size) {
+bool gpu_exec_finish(GpuExec *g, double *loss, char *err, size_t err_size) {
   const CudaDriver *d = g->d;
   char sizes[512];
   if (!CU_CHECK(d->cuEventSynchronize(g->step_end)))
-    return fail(why, why_size, "a kernel failed during the step (%s): %s; run with "
+    return fail(err, err_size, "a kernel failed during the step (%s): %s; run with "
                 "GEMC_CUDA_SYNC=1 to name it", sizes_text(g, sizes, sizeof sizes),
                 cuda_last_error());
   float ms = 0;
@@ -700,17 +700,17 @@ bool gpu_exec_finish(GpuExec *g, double *loss, char *why, size_t why_size) {
   return true;
 }
 
-bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *why,
-                        size_t why_size) {
-  if (g->cur < 0) return fail(why, why_size, "no batch was set");
+bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *err,
+                        size_t err_size) {
+  if (g->cur < 0) return fail(err, err_size, "no batch was set");
   const CudaDriver *d = g->d;
   if (!CU_CHECK(d->cuStreamWaitEvent(g->compute, g->slots[g->cur].uploaded, 0)))
-    return fail(why, why_size, "%s", cuda_last_error());
+    return fail(err, err_size, "%s", cuda_last_error());
   for (int i = from; i < to; i++)
-    if (!launch_one(g, i, step, why, why_size)) return false;
+    if (!launch_one(g, i, step, err, err_size)) return false;
   if (!CU_CHECK(d->cuEventRecord(g->slots[g->cur].consumed, g->compute)) ||
       !CU_CHECK(d->cuStreamSynchronize(g->compute)))
-    return fail(why, why_size, "launches %d..%d: %s", from, to - 1, cuda_last_error());
+    return fail(err, err_size, "launches %d..%d: %s", from, to - 1, cuda_last_error());
   return true;
 }
 
@@ -728,7 +728,7 @@ static void encode_values(void *dst, const float *src, int64_t n, DType dt) {
 
 // Builds every tile list of the batch into the slot's pinned memory (growing it and its device
 // copy as needed) and enqueues their upload.
-static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *why, size_t why_size) {
+static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *err, size_t err_size) {
   const CudaDriver *d = g->d;
   size_t used = 0;
   for (int t = 0; t < g->p->ntiles; t++) {
@@ -737,7 +737,7 @@ static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *why, size_t 
     int64_t n = gpu_tiles_build(tl, b->B, tl->q_jag >= 0 ? b->offsets[tl->q_jag] : NULL,
                                 tl->kv_jag >= 0 ? b->offsets[tl->kv_jag] : NULL,
                                 tl->zigzag ? g->ctx->sm_count : 0, &words);
-    if (n < 0) return fail(why, why_size, "out of memory building attention tiles");
+    if (n < 0) return fail(err, err_size, "out of memory building attention tiles");
     size_t need = used + (size_t)n * GPU_TILE_INTS;
     if ((int64_t)need > sl->tile_words_cap) {
       // Grow both copies; the slot's earlier upload and readers are done (see set_batch), but
@@ -747,15 +747,15 @@ static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *why, size_t 
       int32_t *host = NULL;
       if (!CU_CHECK(d->cuMemAllocHost((void **)&host, (size_t)cap * 4))) {
         free(words);
-        return fail(why, why_size, "pinned memory for tile lists: %s", cuda_last_error());
+        return fail(err, err_size, "pinned memory for tile lists: %s", cuda_last_error());
       }
       if (used) memcpy(host, sl->host_tiles, used * 4);
       if (sl->host_tiles) d->cuMemFreeHost(sl->host_tiles);
       if (sl->dev_tiles) d->cuMemFree(sl->dev_tiles);
       sl->host_tiles = host;
       sl->dev_tiles = 0;
-      if (!alloc_device(g, &sl->dev_tiles, (size_t)cap * 4, "attention tile lists", why,
-                        why_size)) {
+      if (!alloc_device(g, &sl->dev_tiles, (size_t)cap * 4, "attention tile lists", err,
+                        err_size)) {
         free(words);
         return false;
       }
@@ -769,26 +769,26 @@ static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *why, size_t 
   }
   if (used > 0 && !CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev_tiles, sl->host_tiles, used * 4,
                                                  g->copy)))
-    return fail(why, why_size, "uploading the tile lists: %s", cuda_last_error());
+    return fail(err, err_size, "uploading the tile lists: %s", cuda_last_error());
   return true;
 }
 
-bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *why, size_t why_size) {
+bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *err, size_t err_size) {
   const CudaDriver *d = g->d;
   const Ir *ir = g->ir;
   if (b->B > g->o.max_batch)
-    return fail(why, why_size, "a batch of %" PRId64 " examples; the GPU executor was set up "
+    return fail(err, err_size, "a batch of %" PRId64 " examples; the GPU executor was set up "
                 "for at most %" PRId64, b->B, g->o.max_batch);
   for (int j = 0; j < ir->njagged; j++)
     if (b->offsets[j][b->B] > b->B * ir->jagged[j].max_len)
-      return fail(why, why_size, "jagged dim %s: total %" PRId64 " exceeds B x max length",
+      return fail(err, err_size, "jagged dim %s: total %" PRId64 " exceeds B x max length",
                   ir->jagged[j].name, b->offsets[j][b->B]);
   Slot *sl = &g->slots[g->next];
   // The slot's pinned memory must not be overwritten while its previous upload runs, nor its
   // device copy while a step still reads it.
   if (sl->used && (!CU_CHECK(d->cuEventSynchronize(sl->uploaded)) ||
                    !CU_CHECK(d->cuEventSynchronize(sl->consumed))))
-    return fail(why, why_size, "waiting for the previous use of a batch slot: %s",
+    return fail(err, err_size, "waiting for the previous use of a batch slot: %s",
                 cuda_last_error());
   sl->B = b->B;
   unsigned char *host = sl->host;
@@ -817,10 +817,10 @@ bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *why, size_t why_size) 
   }
   // One copy of the whole used prefix: the regions are laid out back to back.
   if (upto > 0 && !CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev, sl->host, upto, g->copy)))
-    return fail(why, why_size, "uploading the batch: %s", cuda_last_error());
-  if (g->p->ntiles > 0 && !build_tiles(g, sl, b, why, why_size)) return false;
+    return fail(err, err_size, "uploading the batch: %s", cuda_last_error());
+  if (g->p->ntiles > 0 && !build_tiles(g, sl, b, err, err_size)) return false;
   if (!CU_CHECK(d->cuEventRecord(sl->uploaded, g->copy)))
-    return fail(why, why_size, "%s", cuda_last_error());
+    return fail(err, err_size, "%s", cuda_last_error());
   sl->used = true;
   g->cur = g->next;
   g->next = (g->next + 1) % NSLOTS;
@@ -837,11 +837,11 @@ static int64_t stored_numel(const GpuExec *g, int t) {
   return rows * width;
 }
 
-bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *why,
-                           size_t why_size) {
+bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *err,
+                           size_t err_size) {
   CUdeviceptr p;
   if (!tensor_addr(g, t, &p))
-    return fail(why, why_size, "tensor %s has no storage", g->ir->tensors[t].name);
+    return fail(err, err_size, "tensor %s has no storage", g->ir->tensors[t].name);
   DType dt = g->ir->tensors[t].dtype;
   size_t bytes = (size_t)(numel * gpu_dtype_bytes(dt));
   void *tmp = xcalloc(bytes ? bytes : 1, 1);
@@ -856,7 +856,7 @@ bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, 
                            CU_CHECK(g->d->cuMemcpyHtoDAsync(p, tmp, bytes, g->compute)) &&
                            CU_CHECK(g->d->cuStreamSynchronize(g->compute)));
   free(tmp);
-  return ok || fail(why, why_size, "writing tensor %s: %s", g->ir->tensors[t].name,
+  return ok || fail(err, err_size, "writing tensor %s: %s", g->ir->tensors[t].name,
                     cuda_last_error());
 }
 
@@ -874,31 +874,31 @@ static void decode_values(float *dst, const void *src, int64_t n, DType dt) {
 }
 
 bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *numel,
-                          int64_t *nrows, int64_t **row_ids, char *why, size_t why_size) {
+                          int64_t *nrows, int64_t **row_ids, char *err, size_t err_size) {
   CUdeviceptr p;
   const Tensor *tt = &g->ir->tensors[t];
-  if (!tensor_addr(g, t, &p)) return fail(why, why_size, "tensor %s has no storage", tt->name);
+  if (!tensor_addr(g, t, &p)) return fail(err, err_size, "tensor %s has no storage", tt->name);
   const CudaDriver *d = g->d;
   if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
-    return fail(why, why_size, "%s", cuda_last_error());
+    return fail(err, err_size, "%s", cuda_last_error());
   if (tt->layout == LAYOUT_ROWS) {
     // [int64 U][int64 ids[Umax]][fp32 Umax x D]
     const Slot *sl = g->cur >= 0 ? &g->slots[g->cur] : NULL;
     int64_t zero[64] = {0}, umax, width, u = 0;
     tensor_shape(g, t, sl ? sl->B : 0, sl ? sl->totals : zero, &umax, &width);
     if (!CU_CHECK(d->cuMemcpyDtoH(&u, p, 8)))
-      return fail(why, why_size, "reading %s: %s", tt->name, cuda_last_error());
+      return fail(err, err_size, "reading %s: %s", tt->name, cuda_last_error());
     if (u < 0 || u > umax)
-      return fail(why, why_size, "%s holds %" PRId64 " rows, more than its %" PRId64,
+      return fail(err, err_size, "%s holds %" PRId64 " rows, more than its %" PRId64,
                   tt->name, u, umax);
-    if (u * width > cap) return fail(why, why_size, "%s: output too small", tt->name);
+    if (u * width > cap) return fail(err, err_size, "%s: output too small", tt->name);
     int64_t *ids = xcalloc((size_t)u + 1, 8);
     bool ok = (u == 0 || CU_CHECK(d->cuMemcpyDtoH(ids, p + 8, (size_t)u * 8))) &&
               (u == 0 || CU_CHECK(d->cuMemcpyDtoH(out, p + 8 + (CUdeviceptr)umax * 8,
                                                   (size_t)(u * width) * 4)));
     if (!ok) {
       free(ids);
-      return fail(why, why_size, "reading %s: %s", tt->name, cuda_last_error());
+      return fail(err, err_size, "reading %s: %s", tt->name, cuda_last_error());
     }
     if (nrows) *nrows = u;
     if (row_ids) *row_ids = ids;
@@ -907,58 +907,58 @@ bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *n
     return true;
   }
   int64_t n = stored_numel(g, t);
-  if (n > cap) return fail(why, why_size, "%s: output too small", tt->name);
+  if (n > cap) return fail(err, err_size, "%s: output too small", tt->name);
   size_t bytes = (size_t)(n * gpu_dtype_bytes(tt->dtype));
   void *tmp = xcalloc(bytes ? bytes : 1, 1);
   bool ok = bytes == 0 || CU_CHECK(d->cuMemcpyDtoH(tmp, p, bytes));
   if (ok) decode_values(out, tmp, n, tt->dtype);
   free(tmp);
-  if (!ok) return fail(why, why_size, "reading %s: %s", tt->name, cuda_last_error());
+  if (!ok) return fail(err, err_size, "reading %s: %s", tt->name, cuda_last_error());
   *numel = n;
   if (nrows) *nrows = 0;
   if (row_ids) *row_ids = NULL;
   return true;
 }
 
-bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *why, size_t why_size) {
+bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *err, size_t err_size) {
   const CudaDriver *d = g->d;
   for (int i = 0; i < g->p->nbuffers; i++) {
     if (!g->p->buffers[i].persistent) continue;
     int64_t bytes = sym(g->p->buffers[i].bytes, 0, NULL);
     if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(g->buffers[i], 0, (size_t)bytes, g->compute)))
-      return fail(why, why_size, "zeroing %s: %s", g->p->buffers[i].name, cuda_last_error());
+      return fail(err, err_size, "zeroing %s: %s", g->p->buffers[i].name, cuda_last_error());
   }
   for (int t = 0; t < g->ir->ntensors; t++) {
     const Tensor *tt = &g->ir->tensors[t];
     if (tt->kind != TENSOR_PARAM && tt->kind != TENSOR_TABLE) continue;
     const float *src = cpu_exec_data(x, t);
     if (!src || g->p->tensor_buffer[t] < 0) continue;
-    if (!gpu_exec_write_tensor(g, t, src, cpu_exec_numel(x, t), why, why_size)) return false;
+    if (!gpu_exec_write_tensor(g, t, src, cpu_exec_numel(x, t), err, err_size)) return false;
   }
   return CU_CHECK(d->cuStreamSynchronize(g->compute)) ||
-         fail(why, why_size, "%s", cuda_last_error());
+         fail(err, err_size, "%s", cuda_last_error());
 }
 
-bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size) {
+bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *err, size_t err_size) {
   for (int t = 0; t < g->ir->ntensors; t++) {
     const Tensor *tt = &g->ir->tensors[t];
     if (tt->kind != TENSOR_PARAM && tt->kind != TENSOR_TABLE) continue;
     float *dst = cpu_exec_data(x, t);
     if (!dst || g->p->tensor_buffer[t] < 0) continue;
     int64_t n = cpu_exec_numel(x, t), got = 0;
-    if (!gpu_exec_read_tensor(g, t, dst, n, &got, NULL, NULL, why, why_size)) return false;
+    if (!gpu_exec_read_tensor(g, t, dst, n, &got, NULL, NULL, err, err_size)) return false;
   }
   return true;
 }
 
 // Copies the optimizer state of tensor t between the plan's buffers and s, one slot at a time,
 // on the compute stream, and waits: the host arrays are the caller's.
-static bool transfer_optstate(GpuExec *g, int t, const OptimState *s, bool upload, char *why,
-                              size_t why_size) {
-  if (!gpu_optstate_check(g->p, t, s, why, why_size)) return false;
+static bool transfer_optstate(GpuExec *g, int t, const OptimState *s, bool upload, char *err,
+                              size_t err_size) {
+  if (!gpu_optstate_check(g->p, t, s, err, err_size)) return false;
   const CudaDriver *d = g->d;
   if (!CU_CHECK(d->cuStreamSynchronize(g->compute)))
-    return fail(why, why_size, "%s", cuda_last_error());
+    return fail(err, err_size, "%s", cuda_last_error());
   for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
     int64_t n = gpu_optstate_numel(g->p, t, slot);
     if (n <= 0) continue;
@@ -967,21 +967,21 @@ static bool transfer_optstate(GpuExec *g, int t, const OptimState *s, bool uploa
     bool ok = upload ? CU_CHECK(d->cuMemcpyHtoDAsync(dev, host, (size_t)n * 4, g->compute))
                      : CU_CHECK(d->cuMemcpyDtoHAsync(host, dev, (size_t)n * 4, g->compute));
     if (!ok)
-      return fail(why, why_size, "%s optimizer state %d of %s: %s", upload ? "writing" : "reading",
+      return fail(err, err_size, "%s optimizer state %d of %s: %s", upload ? "writing" : "reading",
                   slot, g->ir->tensors[t].name, cuda_last_error());
   }
   return CU_CHECK(d->cuStreamSynchronize(g->compute)) ||
-         fail(why, why_size, "%s the optimizer state of %s: %s", upload ? "writing" : "reading",
+         fail(err, err_size, "%s the optimizer state of %s: %s", upload ? "writing" : "reading",
               g->ir->tensors[t].name, cuda_last_error());
 }
 
-bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size) {
-  return transfer_optstate(g, t, s, false, why, why_size);
+bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *err, size_t err_size) {
+  return transfer_optstate(g, t, s, false, err, err_size);
 }
 
-bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
-                              size_t why_size) {
-  return transfer_optstate(g, t, s, true, why, why_size);
+bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *err,
+                              size_t err_size) {
+  return transfer_optstate(g, t, s, true, err, err_size);
 }
 
 int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }

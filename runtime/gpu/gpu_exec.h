@@ -43,44 +43,44 @@ typedef struct GpuExec GpuExec;
 // finds every kernel the plan launches, and allocates every buffer. Fails with a message
 // naming the missing kernel or the buffer that did not fit (its name and bytes).
 GpuExec *gpu_exec_new(const Plan *p, const CudaContext *ctx, const void *const *images,
-                      int nimages, const GpuExecOptions *o, char *why, size_t why_size);
+                      int nimages, const GpuExecOptions *o, char *err, size_t err_size);
 void gpu_exec_free(GpuExec *g);
 
 // Copies every parameter and table of `x` (already initialized) to the device, in its dtype,
 // and zeroes the optimizer state.
-bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *why, size_t why_size);
+bool gpu_exec_upload_params(GpuExec *g, CpuExec *x, char *err, size_t err_size);
 // The reverse: parameters and tables back into x (checkpoints, tests).
-bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *why, size_t why_size);
+bool gpu_exec_download_params(GpuExec *g, CpuExec *x, char *err, size_t err_size);
 // The optimizer state of parameter or table t (checkpoints): every slot the plan keeps for it
 // (AdamW m and v, row-wise Adagrad's rowsum; gpu_optstate.h) into s's host arrays, or from
 // them onto the device. Both wait for the compute stream first, and the upload is ordered
 // before any later launch. Fails, naming t, when s's optimizer does not match the plan's.
-bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *why, size_t why_size);
-bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *why,
-                              size_t why_size);
+bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *err, size_t err_size);
+bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *err,
+                              size_t err_size);
 
 // Packs batch `b` into pinned memory and enqueues its upload on the copy stream. The batch can
 // be reused as soon as this returns.
-bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *why, size_t why_size);
+bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *err, size_t err_size);
 
 enum { GPU_FORWARD = 1, GPU_BACKWARD = 2, GPU_OPTIMIZER = 4, GPU_TRAIN = 7 };
 // Enqueues the launches of `phases` for the current batch (optimizer launches with step
 // `step`) on the compute stream. Returns at once; gpu_exec_finish waits.
-bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *why, size_t why_size);
+bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *err, size_t err_size);
 // Waits for the enqueued step and reads back the loss and each task's probabilities. A launch
 // failure or a fault names the kernel and its sizes.
-bool gpu_exec_finish(GpuExec *g, double *loss, char *why, size_t why_size);
+bool gpu_exec_finish(GpuExec *g, double *loss, char *err, size_t err_size);
 
 // Test hooks: enqueue launches [from, to) only, then wait.
-bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *why, size_t why_size);
+bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *err, size_t err_size);
 // Tensor t of the current batch as fp32 (converted from its dtype): *numel elements, written
 // to out (cap elements); for a ROWS tensor the values of its U rows, with the ids in *row_ids
 // (malloc'd) and U in *nrows. Returns false when t is not stored.
 bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *numel,
-                          int64_t *nrows, int64_t **row_ids, char *why, size_t why_size);
+                          int64_t *nrows, int64_t **row_ids, char *err, size_t err_size);
 // Writes tensor t from fp32 host data (tests feed a node its CPU inputs).
-bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *why,
-                           size_t why_size);
+bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *err,
+                           size_t err_size);
 
 int gpu_exec_ntasks(const GpuExec *g);
 const float *gpu_exec_task_probs(const GpuExec *g, int task);  // after gpu_exec_finish

@@ -27,8 +27,8 @@ float *gpu_optstate_host(const OptimState *s, int slot) {
   return NULL;
 }
 
-bool gpu_optstate_check(const Plan *p, int tensor, const OptimState *s, char *why,
-                        size_t why_size) {
+bool gpu_optstate_check(const Plan *p, int tensor, const OptimState *s, char *err,
+                        size_t err_size) {
   static const char *const what[2][2] = {{"AdamW m", "AdamW v"}, {"row-wise Adagrad rowsum", "?"}};
   bool table = p->ir->tensors[tensor].kind == TENSOR_TABLE;
   for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
@@ -36,13 +36,13 @@ bool gpu_optstate_check(const Plan *p, int tensor, const OptimState *s, char *wh
     if (n < 0) continue;
     const char *name = what[table][slot];
     if (!gpu_optstate_host(s, slot)) {
-      snprintf(why, why_size, "%s: the GPU keeps %s state (%" PRId64 " values) that its %s "
+      snprintf(err, err_size, "%s: the GPU keeps %s state (%" PRId64 " values) that its %s "
                "optimizer on the CPU side does not have", p->ir->tensors[tensor].name, name, n,
                optim_name(s->cfg.kind));
       return false;
     }
     if (n != s->n) {
-      snprintf(why, why_size, "%s: the GPU keeps %" PRId64 " values of %s state, the CPU side "
+      snprintf(err, err_size, "%s: the GPU keeps %" PRId64 " values of %s state, the CPU side "
                "%" PRId64, p->ir->tensors[tensor].name, n, name, s->n);
       return false;
     }

@@ -22,8 +22,8 @@ int64_t gpu_optstate_numel(const Plan *p, int tensor, int slot);
 // 0, v (AdamW) for slot 1; NULL when s has none.
 float *gpu_optstate_host(const OptimState *s, int slot);
 // Whether every slot the plan keeps for `tensor` has a host array in s of the same length;
-// otherwise false, with why naming the tensor and the two sides.
-bool gpu_optstate_check(const Plan *p, int tensor, const OptimState *s, char *why,
-                        size_t why_size);
+// otherwise false, with err naming the tensor and the two sides.
+bool gpu_optstate_check(const Plan *p, int tensor, const OptimState *s, char *err,
+                        size_t err_size);
 
 #endif

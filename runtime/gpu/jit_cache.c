@@ -42,7 +42,7 @@ uint64_t jit_cache_key(const char *source, const char *arch, const char *const *
   return hash_field(h, gemc_version, strlen(gemc_version));
 }
 
-static bool make_dirs(const char *path, char *why, size_t why_size) {
+static bool make_dirs(const char *path, char *err, size_t err_size) {
   char buf[4096];
   snprintf(buf, sizeof buf, "%s", path);
   for (char *p = buf + 1; *p; p++) {
@@ -54,23 +54,23 @@ static bool make_dirs(const char *path, char *why, size_t why_size) {
   if (mkdir(buf, 0755) != 0 && errno != EEXIST) goto fail;
   return true;
 fail:
-  snprintf(why, why_size, "cannot create the cache directory %s: %s", buf, strerror(errno));
+  snprintf(err, err_size, "cannot create the cache directory %s: %s", buf, strerror(errno));
   return false;
 }
 
-bool jit_cache_dir(char *out, size_t size, char *why, size_t why_size) {
+bool jit_cache_dir(char *out, size_t size, char *err, size_t err_size) {
   const char *env = getenv("GEMC_CACHE_DIR");
   if (env && *env) {
     snprintf(out, size, "%s", env);
   } else {
     const char *home = getenv("HOME");
     if (!home || !*home) {
-      snprintf(why, why_size, "neither GEMC_CACHE_DIR nor HOME is set");
+      snprintf(err, err_size, "neither GEMC_CACHE_DIR nor HOME is set");
       return false;
     }
     snprintf(out, size, "%s/.cache/gemc", home);
   }
-  return make_dirs(out, why, why_size);
+  return make_dirs(out, err, err_size);
 }
 
 void jit_cache_path(const char *dir, const char *arch, uint64_t key, char *out, size_t size) {
@@ -105,51 +105,51 @@ static void write_header(unsigned char *h, uint64_t key, const void *image, size
   put_u32(h + 36, crc32_update(0, h, 36));
 }
 
-static bool set_why(char *why, size_t why_size, const char *path, const char *reason) {
-  if (why && why_size) snprintf(why, why_size, "%s: %s", path, reason);
+static bool set_err(char *err, size_t err_size, const char *path, const char *reason) {
+  if (err && err_size) snprintf(err, err_size, "%s: %s", path, reason);
   return false;
 }
 
 bool jit_cache_load(const char *dir, const char *arch, uint64_t key, void **image, size_t *size,
-                    bool *corrupt, char *why, size_t why_size) {
+                    bool *corrupt, char *err, size_t err_size) {
   char path[4200];
   jit_cache_path(dir, arch, key, path, sizeof path);
   *image = NULL;
   *size = 0;
   *corrupt = false;
   FILE *f = fopen(path, "rb");
-  if (!f) return set_why(why, why_size, path, "not cached");
+  if (!f) return set_err(err, err_size, path, "not cached");
   unsigned char h[HEADER_BYTES];
   bool ok = fread(h, 1, sizeof h, f) == sizeof h;
   *corrupt = true;
   if (!ok) {
     fclose(f);
-    return set_why(why, why_size, path, "truncated header");
+    return set_err(err, err_size, path, "truncated header");
   }
   if (memcmp(h, ENTRY_MAGIC, 8) != 0 || get_u32(h + 36) != crc32_update(0, h, 36)) {
     fclose(f);
-    return set_why(why, why_size, path, "bad header");
+    return set_err(err, err_size, path, "bad header");
   }
   if (get_u32(h + 8) != ENTRY_FORMAT || get_u64(h + 16) != key) {
     fclose(f);
-    return set_why(why, why_size, path, "written for another key or format");
+    return set_err(err, err_size, path, "written for another key or format");
   }
   uint64_t n = get_u64(h + 24);
   void *buf = n < ((uint64_t)1 << 32) ? malloc(n ? n : 1) : NULL;
   if (!buf) {
     fclose(f);
-    return set_why(why, why_size, path, "implausible size");
+    return set_err(err, err_size, path, "implausible size");
   }
   int extra;
   ok = fread(buf, 1, n, f) == n && (extra = fgetc(f)) == EOF;
   fclose(f);
   if (!ok) {
     free(buf);
-    return set_why(why, why_size, path, "truncated or too long");
+    return set_err(err, err_size, path, "truncated or too long");
   }
   if (crc32_update(0, buf, n) != get_u32(h + 32)) {
     free(buf);
-    return set_why(why, why_size, path, "checksum mismatch");
+    return set_err(err, err_size, path, "checksum mismatch");
   }
   *corrupt = false;
   *image = buf;
@@ -170,13 +170,13 @@ static bool write_all(int fd, const void *data, size_t n) {
 }
 
 bool jit_cache_store(const char *dir, const char *arch, uint64_t key, const void *image,
-                     size_t size, char *why, size_t why_size) {
+                     size_t size, char *err, size_t err_size) {
   char path[4200], tmp[4300];
   jit_cache_path(dir, arch, key, path, sizeof path);
   static _Atomic unsigned counter;
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-  if (fd < 0) return set_why(why, why_size, tmp, "cannot write the cache entry");
+  if (fd < 0) return set_err(err, err_size, tmp, "cannot write the cache entry");
   unsigned char h[HEADER_BYTES];
   write_header(h, key, image, size);
   bool ok = write_all(fd, h, sizeof h) && write_all(fd, image, size) && fsync(fd) == 0;
@@ -184,7 +184,7 @@ bool jit_cache_store(const char *dir, const char *arch, uint64_t key, const void
   if (ok) ok = rename(tmp, path) == 0;
   if (!ok) {
     unlink(tmp);
-    return set_why(why, why_size, path, "cannot write the cache entry");
+    return set_err(err, err_size, path, "cannot write the cache entry");
   }
   return true;
 }
@@ -225,8 +225,8 @@ static bool run_unit(const JitRequest *r, JitUnit *u, Worker *w) {
     w->rebuilt++;
   }
   if (r->cache_dir) {
-    char why[256];
-    (void)jit_cache_store(r->cache_dir, r->arch, key, u->image, u->size, why, sizeof why);
+    char err[256];
+    (void)jit_cache_store(r->cache_dir, r->arch, key, u->image, u->size, err, sizeof err);
   }
   u->seconds = now_seconds() - t0;
   return true;
@@ -248,7 +248,7 @@ static void *worker_main(void *arg) {
 }
 
 bool jit_compile_units(const JitRequest *r, JitUnit *units, int nunits, JitStats *stats,
-                       char *why, size_t why_size) {
+                       char *err, size_t err_size) {
   double t0 = now_seconds();
   int threads = r->threads;
   if (threads <= 0) {
@@ -292,7 +292,7 @@ bool jit_compile_units(const JitRequest *r, JitUnit *units, int nunits, JitStats
   free(started);
   pthread_mutex_destroy(&lock);
   if (failed >= 0) {
-    snprintf(why, why_size, "compiling %s for %s failed:\n%s", units[failed].name, r->arch,
+    snprintf(err, err_size, "compiling %s for %s failed:\n%s", units[failed].name, r->arch,
              units[failed].log[0] ? units[failed].log : "(no log)");
     jit_units_free(units, nunits);
     return false;

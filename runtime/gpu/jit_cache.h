@@ -28,16 +28,16 @@ uint64_t jit_cache_key(const char *source, const char *arch, const char *const *
 
 // Fills `out` with $GEMC_CACHE_DIR or $HOME/.cache/gemc and creates it (with parents). Returns
 // false with a reason when it cannot.
-bool jit_cache_dir(char *out, size_t size, char *why, size_t why_size);
+bool jit_cache_dir(char *out, size_t size, char *err, size_t err_size);
 
 // The entry of `key` for `arch`: true with a malloc'd image when it is present and intact.
-// False when absent, or (with *corrupt set and a reason in why) truncated, corrupt or for
-// another key. why may be NULL.
+// False when absent, or (with *corrupt set and a reason in err) truncated, corrupt or for
+// another key. err may be NULL.
 bool jit_cache_load(const char *dir, const char *arch, uint64_t key, void **image, size_t *size,
-                    bool *corrupt, char *why, size_t why_size);
+                    bool *corrupt, char *err, size_t err_size);
 // Writes the entry atomically. False with a reason when the directory is not writable.
 bool jit_cache_store(const char *dir, const char *arch, uint64_t key, const void *image,
-                     size_t size, char *why, size_t why_size);
+                     size_t size, char *err, size_t err_size);
 // The entry's path (for tests and messages).
 void jit_cache_path(const char *dir, const char *arch, uint64_t key, char *out, size_t size);
 
@@ -69,10 +69,10 @@ typedef struct JitRequest {
 } JitRequest;
 
 // Loads each unit from the cache or compiles it (and stores it), with up to r->threads threads.
-// Fails with the first failing unit's name and log in why; a cache that cannot be written is
+// Fails with the first failing unit's name and log in err; a cache that cannot be written is
 // not an error (the image is still returned).
 bool jit_compile_units(const JitRequest *r, JitUnit *units, int nunits, JitStats *stats,
-                       char *why, size_t why_size);
+                       char *err, size_t err_size);
 void jit_units_free(JitUnit *units, int nunits);
 
 // Splits a generated module into per-kernel sources: unit i is the whole module with the

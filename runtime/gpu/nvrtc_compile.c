@@ -14,7 +14,7 @@ typedef struct _nvrtcProgram *nvrtcProgram;
 
 static struct {
   bool tried, loaded;
-  char why[256];
+  char err[256];
   const char *(*get_error_string)(nvrtcResult);
   nvrtcResult (*version)(int *, int *);
   nvrtcResult (*create)(nvrtcProgram *, const char *, const char *, int, const char *const *,
@@ -43,7 +43,7 @@ static void load(void) {
   for (size_t i = 0; i < sizeof names / sizeof *names && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
   nv.tried = true;
   if (!lib) {
-    snprintf(nv.why, sizeof nv.why, "cannot load libnvrtc (libnvrtc.so.13 or libnvrtc.so): %s", dlerror());
+    snprintf(nv.err, sizeof nv.err, "cannot load libnvrtc (libnvrtc.so.13 or libnvrtc.so): %s", dlerror());
     return;
   }
   bool ok = true;
@@ -59,15 +59,15 @@ static void load(void) {
   *(void **)&nv.log_size = sym(lib, "nvrtcGetProgramLogSize", &ok);
   *(void **)&nv.log = sym(lib, "nvrtcGetProgramLog", &ok);
   if (!ok) {
-    snprintf(nv.why, sizeof nv.why, "libnvrtc lacks a function gemc needs: %s", dlerror());
+    snprintf(nv.err, sizeof nv.err, "libnvrtc lacks a function gemc needs: %s", dlerror());
     return;
   }
   nv.loaded = true;
 }
 
-bool nvrtc_available(char *why, size_t why_size) {
+bool nvrtc_available(char *err, size_t err_size) {
   pthread_once(&load_once, load);
-  if (!nv.loaded && why) snprintf(why, why_size, "%s", nv.why);
+  if (!nv.loaded && err) snprintf(err, err_size, "%s", nv.err);
   return nv.loaded;
 }
 
@@ -79,13 +79,13 @@ int nvrtc_version(void) {
 }
 
 bool nvrtc_compile(const char *source, const char *name, const char *arch, NvrtcOutput kind,
-                   char **out, size_t *size, char **log, char *why, size_t why_size) {
+                   char **out, size_t *size, char **log, char *err, size_t err_size) {
   *out = NULL;
   *size = 0;
   if (log) *log = NULL;
-  if (!nvrtc_available(why, why_size)) return false;
+  if (!nvrtc_available(err, err_size)) return false;
   if (strcmp(arch, "sm_90a") != 0 && strcmp(arch, "sm_100a") != 0) {
-    snprintf(why, why_size, "unknown arch '%s'; expected sm_90a or sm_100a", arch);
+    snprintf(err, err_size, "unknown arch '%s'; expected sm_90a or sm_100a", arch);
     return false;
   }
   char arch_opt[64];
@@ -95,7 +95,7 @@ bool nvrtc_compile(const char *source, const char *name, const char *arch, Nvrtc
   nvrtcProgram prog = NULL;
   nvrtcResult rc = nv.create(&prog, source, name, 0, NULL, NULL);
   if (rc != 0) {
-    snprintf(why, why_size, "nvrtcCreateProgram: %s", nv.get_error_string(rc));
+    snprintf(err, err_size, "nvrtcCreateProgram: %s", nv.get_error_string(rc));
     return false;
   }
   rc = nv.compile(prog, nopts, opts);
@@ -106,7 +106,7 @@ bool nvrtc_compile(const char *source, const char *name, const char *arch, Nvrtc
     if (text && nv.log(prog, text) != 0) text[0] = '\0';
   }
   if (rc != 0) {
-    snprintf(why, why_size, "NVRTC could not compile %s for %s: %s\n%.1500s", name, arch,
+    snprintf(err, err_size, "NVRTC could not compile %s for %s: %s\n%.1500s", name, arch,
              nv.get_error_string(rc), text ? text : "");
     if (log) *log = text; else free(text);
     nv.destroy(&prog);
@@ -120,7 +120,7 @@ bool nvrtc_compile(const char *source, const char *name, const char *arch, Nvrtc
   nv.destroy(&prog);
   if (!buf || rc != 0) {
     free(buf);
-    snprintf(why, why_size, "NVRTC: cannot fetch the %s of %s", kind == NVRTC_PTX ? "PTX" : "cubin", name);
+    snprintf(err, err_size, "NVRTC: cannot fetch the %s of %s", kind == NVRTC_PTX ? "PTX" : "cubin", name);
     return false;
   }
   buf[n] = '\0';

@@ -9,15 +9,15 @@
 
 typedef enum NvrtcOutput { NVRTC_PTX, NVRTC_CUBIN } NvrtcOutput;
 
-// True when libnvrtc could be loaded; otherwise writes why to `why`.
-bool nvrtc_available(char *why, size_t why_size);
+// True when libnvrtc could be loaded; otherwise writes the reason to `err`.
+bool nvrtc_available(char *err, size_t err_size);
 // NVRTC's version as major * 1000 + minor * 10 (13.0 -> 13000), 0 when not loadable.
 int nvrtc_version(void);
 // Compiles `source` (named `name` in messages) for `arch` ("sm_90a", "sm_100a"). On success
 // *out (malloc'd, the caller frees) holds the PTX text (NUL-terminated) or the cubin, *size its
-// bytes. On failure returns false with the error and the start of NVRTC's log in `why`, and
+// bytes. On failure returns false with the error and the start of NVRTC's log in `err`, and
 // the whole log in *log when log is not NULL (malloc'd).
 bool nvrtc_compile(const char *source, const char *name, const char *arch, NvrtcOutput kind,
-                   char **out, size_t *size, char **log, char *why, size_t why_size);
+                   char **out, size_t *size, char **log, char *err, size_t err_size);
 
 #endif

@@ -336,9 +336,9 @@ static bool next_training_batch(Trainer *t, char *err, size_t err_size) {
 }
 
 static bool bind_batch(Trainer *t, char *err, size_t err_size) {
-  char why[512];
-  if (cpu_exec_set_batch(t->x, &t->batch, why, sizeof why)) return true;
-  return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, why);
+  char reason[512];
+  if (cpu_exec_set_batch(t->x, &t->batch, reason, sizeof reason)) return true;
+  return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, reason);
 }
 
 static const float *task_labels(const Trainer *t, int task) {
@@ -557,15 +557,15 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
 // optimizer launches take the trainer's step (AdamW's bias correction counts from it), so every
 // parameter and table with a gradient has taken t->step optimizer steps, as on the CPU.
 static bool gpu_state_to_host(Trainer *t, char *err, size_t err_size) {
-  char why[512];
-  if (!gpu_session_download(t->gpu, t->x, why, sizeof why))
+  char reason[512];
+  if (!gpu_session_download(t->gpu, t->x, reason, sizeof reason))
     return fail(err, err_size, "saving a checkpoint: reading the parameters back from the "
-                "GPU: %s", why);
+                "GPU: %s", reason);
   for (int i = 0; i < t->ntrained; i++) {
     Trained *p = &t->trained[i];
-    if (!gpu_session_download_optstate(t->gpu, p->tensor, &p->st, why, sizeof why))
+    if (!gpu_session_download_optstate(t->gpu, p->tensor, &p->st, reason, sizeof reason))
       return fail(err, err_size, "saving a checkpoint: reading the optimizer state back from "
-                  "the GPU: %s", why);
+                  "the GPU: %s", reason);
     if (ir_grad_of(t->ir, p->tensor) >= 0) p->st.step = t->step;
   }
   return true;
@@ -584,13 +584,13 @@ static bool gpu_state_from_host(Trainer *t, const char *dir, char *err, size_t e
                   "parameter at the training step, so it cannot continue it", dir,
                   CHECKPOINT_FILE, t->ir->tensors[p->tensor].name, p->st.step, t->step);
   }
-  char why[512];
-  if (!gpu_session_upload(t->gpu, t->x, why, sizeof why))
-    return fail(err, err_size, "resuming: uploading the parameters to the GPU: %s", why);
+  char reason[512];
+  if (!gpu_session_upload(t->gpu, t->x, reason, sizeof reason))
+    return fail(err, err_size, "resuming: uploading the parameters to the GPU: %s", reason);
   for (int i = 0; i < t->ntrained; i++) {
     const Trained *p = &t->trained[i];
-    if (!gpu_session_upload_optstate(t->gpu, p->tensor, &p->st, why, sizeof why))
-      return fail(err, err_size, "resuming from %s/%s: %s", dir, CHECKPOINT_FILE, why);
+    if (!gpu_session_upload_optstate(t->gpu, p->tensor, &p->st, reason, sizeof reason))
+      return fail(err, err_size, "resuming from %s/%s: %s", dir, CHECKPOINT_FILE, reason);
   }
   t->gpu_prefetched = false;
   return true;

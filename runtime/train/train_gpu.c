@@ -65,13 +65,13 @@ static char *plan_text(const Plan *p) {
 // when there are many (in parallel), else the whole module; the split falls back to the whole
 // module when a kernel needs something defined between kernels.
 static bool jit_kernels(GpuSession *s, FILE *log, char *err, size_t err_size) {
-  char why[512];
-  if (!nvrtc_available(why, sizeof why))
+  char reason[512];
+  if (!nvrtc_available(reason, sizeof reason))
     return fail(err, err_size, "NVRTC is needed to compile the kernels (or use --artifact): %s",
-                why);
+                reason);
   char dir[4096];
-  bool cache = jit_cache_dir(dir, sizeof dir, why, sizeof why);
-  if (!cache && log) fprintf(log, "  (no kernel cache: %s)\n", why);
+  bool cache = jit_cache_dir(dir, sizeof dir, reason, sizeof reason);
+  if (!cache && log) fprintf(log, "  (no kernel cache: %s)\n", reason);
   static const char *const options[] = {"nvrtc_compile defaults", "cubin"};
   JitRequest r = {.arch = s->ctx.arch, .options = options, .noptions = 2,
                   .compiler_version = nvrtc_version(), .gemc_version = GEMC_VERSION,
@@ -143,13 +143,14 @@ static bool jit_kernels(GpuSession *s, FILE *log, char *err, size_t err_size) {
 static bool from_artifact(GpuSession *s, const GpuSessionOptions *o, const Ir *ir, FILE *log,
                           char *err, size_t err_size) {
   Artifact a;
-  char why[1024];
-  if (!artifact_read(o->artifact, &a, why, sizeof why)) return fail(err, err_size, "%s", why);
+  char reason[1024];
+  if (!artifact_read(o->artifact, &a, reason, sizeof reason))
+    return fail(err, err_size, "%s", reason);
   const ArtifactCubin *c = NULL;
-  if (!artifact_check(&a, o->model_key, ir->model, GEMC_VERSION, s->ctx.arch, &c, why,
-                      sizeof why)) {
+  if (!artifact_check(&a, o->model_key, ir->model, GEMC_VERSION, s->ctx.arch, &c, reason,
+                      sizeof reason)) {
     artifact_free(&a);
-    return fail(err, err_size, "%s: %s", o->artifact, why);
+    return fail(err, err_size, "%s: %s", o->artifact, reason);
   }
   // The plan is rebuilt (deterministic, no NVRTC) and must be the one the cubin was made for.
   char *text = plan_text(&s->plan);
@@ -181,9 +182,9 @@ static bool from_artifact(GpuSession *s, const GpuSessionOptions *o, const Ir *i
 GpuSession *gpu_session_open(const Ir *ir, CpuExec *init, const GpuSessionOptions *o,
                              char *err, size_t err_size) {
   GpuSession *s = calloc(1, sizeof *s);
-  char why[1024];
-  if (!cuda_context_open(&s->ctx, -1, why, sizeof why)) {
-    fail(err, err_size, "no usable GPU: %s", why);
+  char reason[1024];
+  if (!cuda_context_open(&s->ctx, -1, reason, sizeof reason)) {
+    fail(err, err_size, "no usable GPU: %s", reason);
     goto bad;
   }
   s->ctx_open = true;
@@ -210,15 +211,15 @@ GpuSession *gpu_session_open(const Ir *ir, CpuExec *init, const GpuSessionOption
   GpuExecOptions xo = {.max_batch = o->max_batch,
                        .graphs = o->graphs && !(graphs_env && strcmp(graphs_env, "0") == 0),
                        .sync_each_launch = sync_env && strcmp(sync_env, "1") == 0};
-  s->x = gpu_exec_new(&s->plan, &s->ctx, (const void *const *)images, s->nunits, &xo, why,
-                      sizeof why);
+  s->x = gpu_exec_new(&s->plan, &s->ctx, (const void *const *)images, s->nunits, &xo, reason,
+                      sizeof reason);
   free(images);
   if (!s->x) {
-    fail(err, err_size, "%s", why);
+    fail(err, err_size, "%s", reason);
     goto bad;
   }
-  if (!gpu_exec_upload_params(s->x, init, why, sizeof why)) {
-    fail(err, err_size, "uploading the parameters: %s", why);
+  if (!gpu_exec_upload_params(s->x, init, reason, sizeof reason)) {
+    fail(err, err_size, "uploading the parameters: %s", reason);
     goto bad;
   }
   return s;

@@ -182,9 +182,9 @@ int main(int argc, char **argv) {
   Synth *g = synth_new(&schema, &cfg);
   synth_batch(g, 0, &b);
   batch = &b;
-  char why[512];
-  if (!cpu_exec_set_batch(x, &b, why, sizeof why)) {
-    fprintf(stderr, "plan_emu: %s\n", why);
+  char err[512];
+  if (!cpu_exec_set_batch(x, &b, err, sizeof err)) {
+    fprintf(stderr, "plan_emu: %s\n", err);
     return 2;
   }
 

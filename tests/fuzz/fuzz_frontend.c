@@ -70,9 +70,9 @@ static void run_front_end(const SourceFile *src, Arena *arena, Diag *d) {
   ir_init(&ir, arena);
   if (!sema_lower(m, NULL, d, &ir) || d->errors > 0) return;
   if (!passes_run(&ir, d, NULL, NULL) || d->errors > 0) return;
-  char why[512];
-  if (!ir_verify(&ir, why, sizeof why)) {
-    fprintf(stderr, "fuzz: the final IR fails to verify: %s\n", why);
+  char err[512];
+  if (!ir_verify(&ir, err, sizeof err)) {
+    fprintf(stderr, "fuzz: the final IR fails to verify: %s\n", err);
     abort();
   }
   check_round_trip(&ir, arena);

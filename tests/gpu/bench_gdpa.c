@@ -18,9 +18,9 @@ int main(int argc, char **argv) {
     else return fprintf(stderr, "bench_gdpa: unknown or incomplete option '%s'\n", argv[i]), 2;
   }
   if (o.reps < 1) o.reps = 1;
-  char why[512];
-  GdpaBenchStatus s = gdpa_bench_run(&o, stdout, why, sizeof why);
-  if (s == GDPA_BENCH_NO_GPU) fprintf(stderr, "bench_gdpa: no GPU: %s\n", why);
-  else if (s != GDPA_BENCH_OK) fprintf(stderr, "bench_gdpa: %s\n", why);
+  char err[512];
+  GdpaBenchStatus s = gdpa_bench_run(&o, stdout, err, sizeof err);
+  if (s == GDPA_BENCH_NO_GPU) fprintf(stderr, "bench_gdpa: no GPU: %s\n", err);
+  else if (s != GDPA_BENCH_OK) fprintf(stderr, "bench_gdpa: %s\n", err);
   return s == GDPA_BENCH_OK ? 0 : s == GDPA_BENCH_NO_GPU ? 2 : 1;
 }

@@ -243,26 +243,26 @@ int main(int argc, char **argv) {
   if (!plan_build(&m.ir, NULL, &m.arena, &d, &p)) return 2;
   plan = &p;
   CudaContext ctx;
-  char why[4096];
-  if (!cuda_context_open(&ctx, 0, why, sizeof why)) {
-    printf("SKIP: no GPU: %s\n", why);
+  char err[4096];
+  if (!cuda_context_open(&ctx, 0, err, sizeof err)) {
+    printf("SKIP: no GPU: %s\n", err);
     return 0;
   }
   printf("device: %s (%s), %d SMs\n", ctx.name, ctx.arch, ctx.sm_count);
   cu = cuda_driver();
   char *image = NULL;
   size_t size = 0;
-  if (nvrtc_compile(p.source, "codegen_small.cu", ctx.arch, NVRTC_CUBIN, &image, &size, NULL, why, sizeof why)) {
+  if (nvrtc_compile(p.source, "codegen_small.cu", ctx.arch, NVRTC_CUBIN, &image, &size, NULL, err, sizeof err)) {
     printf("NVRTC on the device: compiled %zu bytes of source to a %zu-byte cubin for %s\n", strlen(p.source), size, ctx.arch);
   } else if (argc > 1) {
-    printf("NVRTC on the device failed (%.200s); loading %s\n", why, argv[1]);
+    printf("NVRTC on the device failed (%.200s); loading %s\n", err, argv[1]);
     FILE *f = fopen(argv[1], "rb");
     if (!f) return 2;
     image = malloc(8 << 20);
     size = fread(image, 1, 8 << 20, f);
     fclose(f);
   } else {
-    printf("FAIL: NVRTC: %s\n", why);
+    printf("FAIL: NVRTC: %s\n", err);
     return 1;
   }
   CHECK(cu->cuModuleLoadData(&module, image));

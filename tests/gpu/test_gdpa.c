@@ -15,6 +15,16 @@
 
 enum { BATCH = 11 };
 
+// A failing CUDA call ends the run (the harness returns it; a broken context fails every case
+// after it anyway).
+static char gpu_err[1024];
+static void check_gpu(bool ok) {
+  if (ok) return;
+  fprintf(stderr, "test_gdpa: %s\n", gpu_err);
+  exit(2);
+}
+#define GPU_ERR gpu_err, sizeof gpu_err
+
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static double uniform(void) {  // [0, 1)
   rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17;
@@ -74,14 +84,14 @@ static HostTensor host_random(GdpaBatch *bt, int t, double amp) {
   h.v = malloc((n ? n : 1) * sizeof(float));
   for (size_t i = 0; i < n; i++) h.v[i] = round_bf16((float)((2 * uniform() - 1) * amp));
   if (x->dtype == DT_F32) {
-    gdpa_gpu_upload(bt->tensor[t], h.v, n * 4);
+    check_gpu(gdpa_gpu_upload(bt->tensor[t], h.v, n * 4, GPU_ERR));
   } else {
     uint16_t *b = malloc((n ? n : 1) * 2);
     for (size_t i = 0; i < n; i++) {
       b[i] = x->dtype == DT_FP16 ? to_half(h.v[i]) : to_bf16(h.v[i]);
       h.v[i] = x->dtype == DT_FP16 ? from_half(b[i]) : h.v[i];
     }
-    gdpa_gpu_upload(bt->tensor[t], b, n * 2);
+    check_gpu(gdpa_gpu_upload(bt->tensor[t], b, n * 2, GPU_ERR));
     free(b);
   }
   return h;
@@ -92,10 +102,10 @@ static float *download(GdpaBatch *bt, int t, size_t *n) {
   *n = bt->tensor_bytes[t] / (x->dtype == DT_F32 ? 4 : 2);
   float *out = malloc((*n ? *n : 1) * sizeof(float));
   if (x->dtype == DT_F32) {
-    gdpa_gpu_download(out, bt->tensor[t], *n * 4);
+    check_gpu(gdpa_gpu_download(out, bt->tensor[t], *n * 4, GPU_ERR));
   } else {
     uint16_t *b = malloc((*n ? *n : 1) * 2);
-    gdpa_gpu_download(b, bt->tensor[t], *n * 2);
+    check_gpu(gdpa_gpu_download(b, bt->tensor[t], *n * 2, GPU_ERR));
     for (size_t i = 0; i < *n; i++) out[i] = x->dtype == DT_FP16 ? from_half(b[i]) : from_bf16(b[i]);
     free(b);
   }
@@ -241,12 +251,13 @@ static bool run_case(int ci, const char *cache) {
     return false;
   }
   size_t size;
-  void *cubin = gdpa_gpu_compile(src.data, gdpa_gpu_arch(), cache, &size);
+  void *cubin = gdpa_gpu_compile(src.data, gdpa_gpu_arch(), cache, &size, GPU_ERR);
   if (!cubin) {
-    printf("FAIL %-40s NVRTC\n", name);
+    printf("FAIL %-40s NVRTC: %s\n", name, gpu_err);
     return false;
   }
-  void *module = gdpa_gpu_load_module(cubin);
+  void *module = NULL;
+  check_gpu(gdpa_gpu_load_module(cubin, &module, GPU_ERR));
   int64_t *lengths[4] = {NULL};
   for (int j = 0; j < e->ir.njagged; j++) {
     lengths[j] = malloc(BATCH * sizeof(int64_t));
@@ -254,13 +265,13 @@ static bool run_case(int ci, const char *cache) {
       lengths[j][b] = random_length(e->ir.jagged[j].max_len, j == 0 ? b : (b + 3) % BATCH);
   }
   GdpaBatch bt;
-  gdpa_batch_init(&bt, e, module, BATCH, lengths);
+  check_gpu(gdpa_batch_init(&bt, e, module, BATCH, lengths, GPU_ERR));
   HostTensor q = host_random(&bt, e->q, 1.5), k = host_random(&bt, e->k, 1.5);
   HostTensor v = host_random(&bt, e->v, 1.0), dout = host_random(&bt, e->dout, 1.0);
-  gdpa_gpu_memset0(bt.tensor[e->out], bt.tensor_bytes[e->out]);
-  gdpa_launch_range(&bt, 0, e->nforward);
-  gdpa_launch_range(&bt, e->nforward, e->nlaunches);
-  gdpa_gpu_sync();
+  check_gpu(gdpa_gpu_memset0(bt.tensor[e->out], bt.tensor_bytes[e->out], GPU_ERR));
+  check_gpu(gdpa_launch_range(&bt, 0, e->nforward, GPU_ERR));
+  check_gpu(gdpa_launch_range(&bt, e->nforward, e->nlaunches, GPU_ERR));
+  check_gpu(gdpa_gpu_sync(GPU_ERR));
   Ref ref;
   reference(c, &bt, &q, &k, &v, &dout, &ref);
   const int outs[4] = {e->out, e->dq, e->dk, e->dv};
@@ -282,8 +293,8 @@ static bool run_case(int ci, const char *cache) {
     n += snprintf(line + n, sizeof line - (size_t)n, " %s %.2e%s", what[i], err, pass ? "" : "!");
   }
   // Determinism: the backward again, bit for bit.
-  gdpa_launch_range(&bt, e->nforward, e->nlaunches);
-  gdpa_gpu_sync();
+  check_gpu(gdpa_launch_range(&bt, e->nforward, e->nlaunches, GPU_ERR));
+  check_gpu(gdpa_gpu_sync(GPU_ERR));
   bool same = true;
   for (int i = 1; i < 4; i++) {
     size_t count;
@@ -295,7 +306,7 @@ static bool run_case(int ci, const char *cache) {
   ok = ok && same;
   printf("%s %s%s\n", ok ? "PASS" : "FAIL", line, same ? "" : " (backward not deterministic)");
   free(q.v), free(k.v), free(v.v), free(dout.v);
-  gdpa_batch_free(&bt);
+  check_gpu(gdpa_batch_free(&bt, GPU_ERR));
   for (int j = 0; j < 4; j++) free(lengths[j]);
   free(cubin);
   sb_free(&src);
@@ -322,17 +333,18 @@ int main(int argc, char **argv) {
       StrBuf src = {0};
       GdpaEmitted *e = calloc(1, sizeof *e);
       size_t size;
+      char err[1024] = "emit_attention refused it";
       void *cubin = gdpa_case_emit(&gdpa_test_cases[ci], "t.", &arena, &src, e)
-                        ? gdpa_gpu_compile(src.data, compile_only, cache, &size)
+                        ? gdpa_gpu_compile(src.data, compile_only, cache, &size, err, sizeof err)
                         : NULL;
-      if (!cubin) failed++, fprintf(stderr, "case %d failed\n", ci);
+      if (!cubin) failed++, fprintf(stderr, "case %d failed: %s\n", ci, err);
       free(cubin), sb_free(&src), arena_free(&arena), free(e);
     }
     return failed != 0;
   }
-  char why[512];
-  if (!gdpa_gpu_open(why, sizeof why)) {
-    fprintf(stderr, "test_gdpa: no GPU: %s\n", why);
+  char err[512];
+  if (!gdpa_gpu_open(err, sizeof err)) {
+    fprintf(stderr, "test_gdpa: no GPU: %s\n", err);
     return 2;
   }
   printf("gdpa kernels vs the double reference on %s, %d SMs (relative L2 errors)\n", gdpa_gpu_arch(),

@@ -109,7 +109,7 @@ static void run_case(int index, CUmodule module, int num_sms) {
   const Case *c = &cases[index];
   const CudaDriver *cu = cuda_driver();
   GemmKernelConfig cfg = case_config(c);
-  char name[96], reduce_name[112], why[1024], what[256];
+  char name[96], reduce_name[112], err[1024], what[256];
   gemm_kernel_name(&cfg, name, sizeof name);
   snprintf(reduce_name, sizeof reduce_name, "%s_reduce", name);
   snprintf(what, sizeof what, "m=%lld n=%lld k=%lld%s%s%s %s -> %s, %s", (long long)c->m,
@@ -136,7 +136,7 @@ static void run_case(int index, CUmodule module, int num_sms) {
   CUfunction fn = NULL, reduce = NULL;
   CUdeviceptr da = 0, db = 0, dbias = 0, dc = 0, dws = 0;
   void *out = malloc(c_bytes + 4);
-  bool ok = gemm_kernel_geometry(&cfg, c->m, c->n, c->k, num_sms, c->splits, &geo, why, sizeof why);
+  bool ok = gemm_kernel_geometry(&cfg, c->m, c->n, c->k, num_sms, c->splits, &geo, err, sizeof err);
   if (ok)
     ok = CU_CHECK(cu->cuModuleGetFunction(&fn, module, name)) &&
          CU_CHECK(cu->cuModuleGetFunction(&reduce, module, reduce_name)) &&
@@ -144,16 +144,16 @@ static void run_case(int index, CUmodule module, int num_sms) {
          upload(&dbias, bias, (size_t)c->n * 4) && CU_CHECK(cu->cuMemAlloc(&dc, c_bytes + 16)) &&
          CU_CHECK(cu->cuMemAlloc(&dws, geo.workspace_bytes + 16)) &&
          CU_CHECK(cu->cuMemsetD8Async(dc, 0xff, c_bytes, NULL));  // NaN everywhere first
-  if (!ok && why[0] == '\0') snprintf(why, sizeof why, "%s", cuda_last_error());
+  if (!ok && err[0] == '\0') snprintf(err, sizeof err, "%s", cuda_last_error());
   if (ok && !gemm_kernel_launch(fn, reduce, &geo, dc, dws, da, db, c->bias ? dbias : 0, c->m, c->n,
-                                c->k, NULL, why, sizeof why))
+                                c->k, NULL, err, sizeof err))
     ok = false;
   if (ok && !(CU_CHECK(cu->cuCtxSynchronize()) && CU_CHECK(cu->cuMemcpyDtoH(out, dc, c_bytes)))) {
-    snprintf(why, sizeof why, "%s", cuda_last_error());
+    snprintf(err, sizeof err, "%s", cuda_last_error());
     ok = false;
   }
   if (!ok) {
-    check(false, "%s: %s", what, why);
+    check(false, "%s: %s", what, err);
   } else {
     double worst = 0;  // max over elements of error / tolerance
     int64_t wi = 0, wj = 0;
@@ -184,22 +184,22 @@ static void check_geometry(int num_sms) {
   GemmKernelConfig cfg = {.tile_m = 128, .tile_n = 256, .trans_a = true, .aligned = true,
                           .act = ACT_NONE, .out = DT_F32};
   GemmGeometry g;
-  char why[256];
-  bool ok = gemm_kernel_geometry(&cfg, 256, 256, 262144, num_sms, 0, &g, why, sizeof why);
+  char err[256];
+  bool ok = gemm_kernel_geometry(&cfg, 256, 256, 262144, num_sms, 0, &g, err, sizeof err);
   check(ok && g.splits > 1 && g.grid == 2u * (unsigned)g.splits,
         "a 256x256 weight gradient over k=262144 is split along k (%d splits, %u blocks)",
         g.splits, g.grid);
   cfg.trans_a = false;
-  ok = gemm_kernel_geometry(&cfg, 262144, 256, 256, num_sms, 0, &g, why, sizeof why);
+  ok = gemm_kernel_geometry(&cfg, 262144, 256, 256, num_sms, 0, &g, err, sizeof err);
   check(ok && g.splits == 1 && g.grid == 2048, "m=262144 n=256 fills the GPU unsplit (%u blocks)",
         g.grid);
 }
 
 int main(void) {
-  char why[1024];
+  char err[1024];
   CudaContext ctx;
-  if (!cuda_context_open(&ctx, -1, why, sizeof why)) {
-    printf("FAIL no GPU: %s\n", why);
+  if (!cuda_context_open(&ctx, -1, err, sizeof err)) {
+    printf("FAIL no GPU: %s\n", err);
     return 1;
   }
   printf("generated GEMM on %s (%s, %d SMs)\n", ctx.name, ctx.arch, ctx.sm_count);
@@ -212,17 +212,17 @@ int main(void) {
   char *cubin = NULL;
   size_t size = 0;
   char cache[1024];
-  bool cached = jit_cache_dir(cache, sizeof cache, why, sizeof why);
+  bool cached = jit_cache_dir(cache, sizeof cache, err, sizeof err);
   uint64_t key = jit_cache_key(src.data, ctx.arch, NULL, 0, nvrtc_version(), "gemm-test");
   void *image = NULL;
   bool corrupt = false;
   if (cached && jit_cache_load(cache, ctx.arch, key, &image, &size, &corrupt, NULL, 0)) {
     cubin = image;
-  } else if (nvrtc_compile(src.data, "gemm.cu", ctx.arch, NVRTC_CUBIN, &cubin, &size, NULL, why,
-                           sizeof why)) {
-    if (cached) jit_cache_store(cache, ctx.arch, key, cubin, size, why, sizeof why);
+  } else if (nvrtc_compile(src.data, "gemm.cu", ctx.arch, NVRTC_CUBIN, &cubin, &size, NULL, err,
+                           sizeof err)) {
+    if (cached) jit_cache_store(cache, ctx.arch, key, cubin, size, err, sizeof err);
   } else {
-    check(false, "NVRTC: %s", why);
+    check(false, "NVRTC: %s", err);
     sb_free(&src);
     return 1;
   }

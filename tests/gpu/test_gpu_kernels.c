@@ -91,12 +91,12 @@ static bool nvrtc_unit(void *ctx, const char *source, const char *name, const ch
 
 // Compiles the plan per kernel (in parallel, through the cache); the units own the images.
 static bool compile_plan(const Plan *p, JitUnit **units, int *nunits, char ***parts) {
-  char why[512], dir[4096];
-  if (!nvrtc_available(why, sizeof why)) {
-    check(false, "NVRTC: %s", why);
+  char reason[512], dir[4096];
+  if (!nvrtc_available(reason, sizeof reason)) {
+    check(false, "NVRTC: %s", reason);
     return false;
   }
-  bool cache = jit_cache_dir(dir, sizeof dir, why, sizeof why);
+  bool cache = jit_cache_dir(dir, sizeof dir, reason, sizeof reason);
   static const char *const options[] = {"nvrtc_compile defaults", "cubin"};
   JitRequest r = {.arch = p->target, .options = options, .noptions = 2,
                   .compiler_version = nvrtc_version(), .gemc_version = "test",
@@ -142,10 +142,10 @@ static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, const No
   if (!want) return true;  // the CPU did not keep it (not reached by the loss)
   float *got = calloc((size_t)n + 1, sizeof *got);
   int64_t got_n = 0, got_rows = 0, *got_ids = NULL;
-  char why[512];
-  bool ok = gpu_exec_read_tensor(g, t, got, n, &got_n, &got_rows, &got_ids, why, sizeof why);
+  char err[512];
+  bool ok = gpu_exec_read_tensor(g, t, got, n, &got_n, &got_rows, &got_ids, err, sizeof err);
   if (!ok) {
-    check(false, "%s: %s: cannot read %s: %s", ir->model, what, tt->name, why);
+    check(false, "%s: %s: cannot read %s: %s", ir->model, what, tt->name, err);
     free(got);
     return false;
   }
@@ -199,8 +199,8 @@ static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, const No
 // buffers, so that each node is checked on exactly the CPU's inputs: a small difference
 // upstream (a bf16 rounding that went the other way) cannot grow into a mismatch downstream.
 // Parameters and tables are already the CPU's; batch inputs are the same batch.
-static bool feed_inputs(const Plan *p, GpuExec *g, CpuExec *x, const Launch *l, char *why,
-                        size_t why_size) {
+static bool feed_inputs(const Plan *p, GpuExec *g, CpuExec *x, const Launch *l, char *err,
+                        size_t err_size) {
   const Ir *ir = p->ir;
   int nodes = l->nfused > 0 ? l->nfused : 1;
   for (int k = l->node; k >= 0 && k < l->node + nodes && k < ir->nnodes; k++)
@@ -211,7 +211,7 @@ static bool feed_inputs(const Plan *p, GpuExec *g, CpuExec *x, const Launch *l, 
       if (tt->kind != TENSOR_VALUE || tt->layout == LAYOUT_ROWS) continue;
       const float *v = cpu_exec_data(x, t);
       if (!v || p->tensor_buffer[t] < 0) continue;
-      if (!gpu_exec_write_tensor(g, t, v, cpu_exec_numel(x, t), why, why_size)) return false;
+      if (!gpu_exec_write_tensor(g, t, v, cpu_exec_numel(x, t), err, err_size)) return false;
     }
   return true;
 }
@@ -229,15 +229,15 @@ static void compare_plan(const Plan *p, GpuExec *g, CpuExec *x, const char *batc
     }
     int j = i + 1;
     while (j < p->nlaunches && !p->launches[j].optimizer && p->launches[j].node == l->node) j++;
-    char why[1024];
-    if (!feed_inputs(p, g, x, l, why, sizeof why)) {
-      check(false, "%s: %s: node %d: %s", ir->model, batch_name, l->node, why);
+    char err[1024];
+    if (!feed_inputs(p, g, x, l, err, sizeof err)) {
+      check(false, "%s: %s: node %d: %s", ir->model, batch_name, l->node, err);
       bad++;
       break;
     }
-    if (!gpu_exec_run_range(g, i, j, 1, why, sizeof why)) {
+    if (!gpu_exec_run_range(g, i, j, 1, err, sizeof err)) {
       check(false, "%s: %s: launches %d..%d (node %d): %s", ir->model, batch_name, i, j - 1,
-            l->node, why);
+            l->node, err);
       bad++;
       break;
     }
@@ -266,9 +266,9 @@ static void test_model(const char *path, int64_t B) {
   }
   m.ir.batch = B;
   CudaContext ctx;
-  char why[1024];
-  if (!cuda_context_open(&ctx, -1, why, sizeof why)) {
-    check(false, "no GPU: %s", why);
+  char err[1024];
+  if (!cuda_context_open(&ctx, -1, err, sizeof err)) {
+    check(false, "no GPU: %s", err);
     loaded_model_free(&m);
     return;
   }
@@ -287,15 +287,15 @@ static void test_model(const char *path, int64_t B) {
   const void **images = calloc((size_t)nunits + 1, sizeof *images);
   for (int i = 0; i < nunits; i++) images[i] = units[i].image;
   GpuExecOptions o = {.max_batch = B, .sync_each_launch = true};
-  GpuExec *g = gpu_exec_new(&p, &ctx, (const void *const *)images, nunits, &o, why, sizeof why);
+  GpuExec *g = gpu_exec_new(&p, &ctx, (const void *const *)images, nunits, &o, err, sizeof err);
   free(images);
   check(g != NULL, "%s: GPU executor created (%d launches)%s%s", path, p.nlaunches,
-        g ? "" : ": ", g ? "" : why);
+        g ? "" : ": ", g ? "" : err);
   if (!g) goto out;
   CpuExec *x = cpu_exec_new(&m.ir, EXEC_F32);
   cpu_exec_init_params(x, 7);
   cpu_exec_keep_values(x, true);
-  check(gpu_exec_upload_params(g, x, why, sizeof why), "%s: parameters uploaded %s", path, why);
+  check(gpu_exec_upload_params(g, x, err, sizeof err), "%s: parameters uploaded %s", path, err);
   Schema s;
   schema_from_ir(&m.ir, &s);
   const char *names[3] = {"batch with empty and length-1 sequences", "batch off the tiles",
@@ -303,8 +303,8 @@ static void test_model(const char *path, int64_t B) {
   for (int kind = 0; kind < 3; kind++) {
     Batch b;
     random_batch(&s, B, kind, &b);
-    if (!cpu_exec_set_batch(x, &b, why, sizeof why)) {
-      check(false, "%s: %s: the CPU refuses it: %s", path, names[kind], why);
+    if (!cpu_exec_set_batch(x, &b, err, sizeof err)) {
+      check(false, "%s: %s: the CPU refuses it: %s", path, names[kind], err);
       batch_free(&b);
       continue;
     }
@@ -312,17 +312,17 @@ static void test_model(const char *path, int64_t B) {
     cpu_exec_backward(x);
     // Each batch starts from the initial parameters: the backward pass updates the tables
     // (the row-wise optimizer is fused into table_grad), and the CPU executor's do not move.
-    bool ok = gpu_exec_upload_params(g, x, why, sizeof why) &&
-              gpu_exec_set_batch(g, &b, why, sizeof why);
-    check(ok, "%s: %s uploaded %s", path, names[kind], ok ? "" : why);
+    bool ok = gpu_exec_upload_params(g, x, err, sizeof err) &&
+              gpu_exec_set_batch(g, &b, err, sizeof err);
+    check(ok, "%s: %s uploaded %s", path, names[kind], ok ? "" : err);
     // The loss and the probabilities through the normal path (graphs off: sync_each_launch).
     double gpu_loss = NAN;
-    ok = ok && gpu_exec_launch(g, GPU_FORWARD, 1, why, sizeof why) &&
-         gpu_exec_finish(g, &gpu_loss, why, sizeof why);
+    ok = ok && gpu_exec_launch(g, GPU_FORWARD, 1, err, sizeof err) &&
+         gpu_exec_finish(g, &gpu_loss, err, sizeof err);
     double tol = tolerance(m.ir.precision);
     check(ok && fabs(gpu_loss - cpu_loss) <= tol * fabs(cpu_loss) + 1e-6,
           "%s: %s: loss gpu %.7g cpu %.7g%s%s", path, names[kind], gpu_loss, cpu_loss,
-          ok ? "" : ": ", ok ? "" : why);
+          ok ? "" : ": ", ok ? "" : err);
     for (int k = 0; ok && k < gpu_exec_ntasks(g); k++) {
       const float *gp = gpu_exec_task_probs(g, k), *cp = cpu_exec_task_probs(x, k);
       double worst = 0;
@@ -409,9 +409,9 @@ int main(int argc, char **argv) {
       break;
     }
   }
-  char why[512];
-  if (!cuda_usable(why, sizeof why)) {
-    printf("FAIL no usable GPU: %s\n", why);
+  char err[512];
+  if (!cuda_usable(err, sizeof err)) {
+    printf("FAIL no usable GPU: %s\n", err);
     return 1;
   }
   for (int i = first_model; i < argc; i++) test_model(argv[i], B);

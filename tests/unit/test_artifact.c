@@ -30,9 +30,9 @@ static int setup(void **state) {
                                 .source = "extern \"C\" __global__ void k(float *out) {}\n"};
   a.cubins[1] = (ArtifactCubin){.arch = "sm_100a", .image = cubin100, .size = sizeof cubin100,
                                 .plan_text = "plan v1 for sm_100a\n", .source = "// sm_100a\n"};
-  char why[512];
-  if (!artifact_write(g_path, &a, why, sizeof why)) {
-    fprintf(stderr, "%s\n", why);
+  char err[512];
+  if (!artifact_write(g_path, &a, err, sizeof err)) {
+    fprintf(stderr, "%s\n", err);
     return -1;
   }
   return 0;
@@ -47,8 +47,8 @@ static int teardown(void **state) {
 static void test_artifact_round_trip(void **state) {
   (void)state;
   Artifact a;
-  char why[512];
-  assert_true(artifact_read(g_path, &a, why, sizeof why));
+  char err[512];
+  assert_true(artifact_read(g_path, &a, err, sizeof err));
   assert_string_equal(a.gemc_version, "0.1.0");
   assert_int_equal(a.model_key, KEY);
   assert_string_equal(a.model_name, "gem_tiny");
@@ -56,7 +56,7 @@ static void test_artifact_round_trip(void **state) {
   assert_non_null(strstr(a.cubins[0].source, "__global__ void k"));
   assert_int_equal(a.ncubins, 2);
   const ArtifactCubin *c = NULL;
-  assert_true(artifact_check(&a, KEY, "gem_tiny", "0.1.0", "sm_100a", &c, why, sizeof why));
+  assert_true(artifact_check(&a, KEY, "gem_tiny", "0.1.0", "sm_100a", &c, err, sizeof err));
   assert_string_equal(c->arch, "sm_100a");
   assert_string_equal(c->plan_text, "plan v1 for sm_100a\n");
   assert_string_equal(c->source, "// sm_100a\n");
@@ -93,48 +93,48 @@ static void test_artifact_corruption_detected(void **state) {
   for (size_t i = 0; i < sizeof flips / sizeof flips[0]; i++) {
     damaged_copy(bad, 'f', flips[i]);
     Artifact a;
-    char why[512];
-    assert_false(artifact_read(bad, &a, why, sizeof why));
-    assert_non_null(strstr(why, "corrupted"));
+    char err[512];
+    assert_false(artifact_read(bad, &a, err, sizeof err));
+    assert_non_null(strstr(err, "corrupted"));
   }
   long cuts[] = {n - 1, n / 2, 18};
   for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
     damaged_copy(bad, 't', cuts[i]);
     Artifact a;
-    char why[512];
-    assert_false(artifact_read(bad, &a, why, sizeof why));
-    assert_non_null(strstr(why, "corrupted"));
+    char err[512];
+    assert_false(artifact_read(bad, &a, err, sizeof err));
+    assert_non_null(strstr(err, "corrupted"));
   }
   damaged_copy(bad, 'f', 0);
   Artifact a;
-  char why[512];
-  assert_false(artifact_read(bad, &a, why, sizeof why));
-  assert_non_null(strstr(why, "not a gemc artifact"));
+  char err[512];
+  assert_false(artifact_read(bad, &a, err, sizeof err));
+  assert_non_null(strstr(err, "not a gemc artifact"));
   unlink(bad);
 }
 
 static void test_artifact_wrong_model_version_or_arch(void **state) {
   (void)state;
   Artifact a;
-  char why[512];
-  assert_true(artifact_read(g_path, &a, why, sizeof why));
-  assert_false(artifact_check(&a, KEY + 1, "gem_small", "0.1.0", "sm_90a", NULL, why, sizeof why));
-  assert_non_null(strstr(why, "another model"));
-  assert_non_null(strstr(why, "gem_tiny"));
-  assert_false(artifact_check(&a, KEY, "gem_tiny", "0.2.0", "sm_90a", NULL, why, sizeof why));
-  assert_non_null(strstr(why, "gemc 0.1.0"));
-  assert_false(artifact_check(&a, KEY, "gem_tiny", "0.1.0", "sm_120", NULL, why, sizeof why));
-  assert_non_null(strstr(why, "sm_120"));
-  assert_non_null(strstr(why, "sm_90a, sm_100a"));
+  char err[512];
+  assert_true(artifact_read(g_path, &a, err, sizeof err));
+  assert_false(artifact_check(&a, KEY + 1, "gem_small", "0.1.0", "sm_90a", NULL, err, sizeof err));
+  assert_non_null(strstr(err, "another model"));
+  assert_non_null(strstr(err, "gem_tiny"));
+  assert_false(artifact_check(&a, KEY, "gem_tiny", "0.2.0", "sm_90a", NULL, err, sizeof err));
+  assert_non_null(strstr(err, "gemc 0.1.0"));
+  assert_false(artifact_check(&a, KEY, "gem_tiny", "0.1.0", "sm_120", NULL, err, sizeof err));
+  assert_non_null(strstr(err, "sm_120"));
+  assert_non_null(strstr(err, "sm_90a, sm_100a"));
   artifact_free(&a);
 }
 
 static void test_artifact_missing_file_named(void **state) {
   (void)state;
   Artifact a;
-  char why[512];
-  assert_false(artifact_read("/nonexistent/x.gemb", &a, why, sizeof why));
-  assert_non_null(strstr(why, "/nonexistent/x.gemb"));
+  char err[512];
+  assert_false(artifact_read("/nonexistent/x.gemb", &a, err, sizeof err));
+  assert_non_null(strstr(err, "/nonexistent/x.gemb"));
 }
 
 int main(void) {

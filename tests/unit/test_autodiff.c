@@ -108,9 +108,9 @@ static void assert_ins(const Ir *ir, const Node *n, const char *want) {
 }
 
 static void assert_verifies(const Ir *ir) {
-  char why[1024];
-  bool ok = ir_verify(ir, why, sizeof why);
-  if (!ok) fprintf(stderr, "verify: %s\n", why);
+  char err[1024];
+  bool ok = ir_verify(ir, err, sizeof err);
+  if (!ok) fprintf(stderr, "verify: %s\n", err);
   assert_true(ok);
 }
 
@@ -792,15 +792,15 @@ static void test_autodiff_verify_rule(void **state) {
   const Rule *rule = *state;
   Compiled c;
   compile_ok(&c, every_model);
-  char why[1024];
-  assert_true(ir_verify(&c.ir, why, sizeof why));
+  char err[1024];
+  assert_true(ir_verify(&c.ir, err, sizeof err));
   rule->breaks(&c.ir);
-  bool ok = ir_verify(&c.ir, why, sizeof why);
-  if (ok || !strstr(why, rule->reason))
+  bool ok = ir_verify(&c.ir, err, sizeof err);
+  if (ok || !strstr(err, rule->reason))
     fprintf(stderr, "rule %s: want \"%s\"\n  got %s: \"%s\"\n", rule->name, rule->reason,
-            ok ? "pass" : "fail", why);
+            ok ? "pass" : "fail", err);
   assert_false(ok);
-  assert_non_null(strstr(why, rule->reason));
+  assert_non_null(strstr(err, rule->reason));
   release(&c);
 }
 

@@ -182,13 +182,13 @@ static void fill_tiny(const Loaded *m, Batch *b) {
 }
 
 static void assert_invalid(const Loaded *m, const Batch *b, const char *want) {
-  char why[512] = "";
-  if (batch_validate(b, &m->s, why, sizeof why)) {
+  char err[512] = "";
+  if (batch_validate(b, &m->s, err, sizeof err)) {
     print_message("expected an invalid batch (%s)\n", want);
     fail();
   }
-  if (!strstr(why, want)) {
-    print_message("expected the reason to contain:\n  %s\nbut it was:\n  %s\n", want, why);
+  if (!strstr(err, want)) {
+    print_message("expected the reason to contain:\n  %s\nbut it was:\n  %s\n", want, err);
     fail();
   }
 }
@@ -227,8 +227,8 @@ static void test_batch_validate_accepts_a_good_batch(void **state) {
   Loaded *m = load("models/gem_tiny.gem", NULL);
   Batch b;
   fill_tiny(m, &b);
-  char why[256] = "";
-  assert_true(batch_validate(&b, &m->s, why, sizeof why));
+  char err[256] = "";
+  assert_true(batch_validate(&b, &m->s, err, sizeof err));
   batch_free(&b);
   unload(m);
 }
@@ -258,8 +258,8 @@ static void test_batch_validate_offsets(void **state) {
   assert_invalid(m, &b, "example 1: *history has length 51, over its max 50");
   b.offsets[0][2] = 100;
   b.total[0] = 100;
-  char why[256];
-  assert_true(batch_validate(&b, &m->s, why, sizeof why));  // exactly the max is fine
+  char err[256];
+  assert_true(batch_validate(&b, &m->s, err, sizeof err));  // exactly the max is fine
   batch_free(&b);
   unload(m);
 }
@@ -281,12 +281,12 @@ static void test_batch_validate_ids(void **state) {
   assert_invalid(m, &b, "example 2, position 1: feature 'history': id 12345 is out of range: "
                         "table 'items' has 1000 rows");
   b.ids[h][4] = 0;
-  char why[256];
-  assert_true(batch_validate(&b, &m->s, why, sizeof why));
+  char err[256];
+  assert_true(batch_validate(&b, &m->s, err, sizeof err));
   // The example numbers count from `first` when the batch is a window of a stream.
   b.ids[ad][3] = 2000;
-  assert_false(batch_validate_from(&b, &m->s, 640, why, sizeof why));
-  assert_non_null(strstr(why, "example 643: feature 'ad': id 2000"));
+  assert_false(batch_validate_from(&b, &m->s, 640, err, sizeof err));
+  assert_non_null(strstr(err, "example 643: feature 'ad': id 2000"));
   batch_free(&b);
   unload(m);
 }
@@ -302,8 +302,8 @@ static void test_batch_validate_floats_and_labels(void **state) {
   b.values[counters][4 * 1 + 2] = -INFINITY;
   assert_invalid(m, &b, "example 1: feature 'counters': element 2 is -inf, not a finite number");
   b.values[counters][4 * 1 + 2] = 1e30f;  // large is fine
-  char why[256];
-  assert_true(batch_validate(&b, &m->s, why, sizeof why));
+  char err[256];
+  assert_true(batch_validate(&b, &m->s, err, sizeof err));
   b.values[click][3] = 0.5f;
   assert_invalid(m, &b, "example 3: label 'click' is 0.5; labels must be 0 or 1");
   b.values[click][3] = NAN;
@@ -329,8 +329,8 @@ static void test_batch_validate_per_position_floats(void **state) {
     if (b.ids[f]) memset(b.ids[f], 0, (size_t)n * sizeof(int64_t));
     else memset(b.values[f], 0, (size_t)n * sizeof(float));
   }
-  char why[256];
-  assert_true(batch_validate(&b, &m->s, why, sizeof why));
+  char err[256];
+  assert_true(batch_validate(&b, &m->s, err, sizeof err));
   b.values[dwell][3] = INFINITY;  // example 1, position 1
   assert_invalid(m, &b, "example 1, position 1: feature 'dwell': element 0 is inf");
   batch_free(&b);
@@ -343,9 +343,9 @@ static void test_batch_validate_mismatched_batch(void **state) {
   Loaded *full = load("models/gem_full.gem", NULL);
   Batch b;
   fill_tiny(tiny, &b);
-  char why[256];
-  assert_false(batch_validate(&b, &full->s, why, sizeof why));
-  assert_non_null(strstr(why, "the batch has 4 features and 1 jagged dims; the schema has 10"));
+  char err[256];
+  assert_false(batch_validate(&b, &full->s, err, sizeof err));
+  assert_non_null(strstr(err, "the batch has 4 features and 1 jagged dims; the schema has 10"));
   batch_free(&b);
   unload(tiny);
   unload(full);
@@ -374,8 +374,8 @@ static void test_batch_copy_windows(void **state) {
   assert_true(dst.values[counters][4 * 0 + 3] == src.values[counters][4 * 2 + 3]);
   assert_true(dst.values[counters][4 * 4 + 1] == src.values[counters][4 * 2 + 1]);
   assert_true(dst.values[click][1] == 1.0f && dst.values[click][2] == 0.0f);
-  char why[256];
-  assert_true(batch_validate(&dst, &m->s, why, sizeof why));
+  char err[256];
+  assert_true(batch_validate(&dst, &m->s, err, sizeof err));
   batch_free(&src);
   batch_free(&dst);
   unload(m);

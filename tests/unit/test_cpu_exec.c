@@ -148,9 +148,9 @@ static void fill_rest_random(Case *c, const bool *set) {
 }
 
 static void bind(Case *c) {
-  char why[256];
-  if (!cpu_exec_set_batch(c->x, &c->batch, why, sizeof why)) print_message("bind: %s\n", why);
-  assert_true(cpu_exec_set_batch(c->x, &c->batch, why, sizeof why));
+  char err[256];
+  if (!cpu_exec_set_batch(c->x, &c->batch, err, sizeof err)) print_message("bind: %s\n", err);
+  assert_true(cpu_exec_set_batch(c->x, &c->batch, err, sizeof err));
 }
 
 static float *fdata(Case *c, const char *name) { return cpu_exec_data(c->x, tensor(c, name)); }
@@ -835,10 +835,10 @@ static void test_cpu_exec_table_grad_merges_duplicates_in_order(void **state) {
 // --- binding batches --------------------------------------------------------------------
 
 static void expect_refused(Case *c, const char *needle) {
-  char why[256] = "";
-  assert_false(cpu_exec_set_batch(c->x, &c->batch, why, sizeof why));
-  if (!strstr(why, needle)) print_message("message '%s' lacks '%s'\n", why, needle);
-  assert_non_null(strstr(why, needle));
+  char err[256] = "";
+  assert_false(cpu_exec_set_batch(c->x, &c->batch, err, sizeof err));
+  if (!strstr(err, needle)) print_message("message '%s' lacks '%s'\n", err, needle);
+  assert_non_null(strstr(err, needle));
 }
 
 static void test_cpu_exec_bad_batches_are_refused(void **state) {

@@ -15,13 +15,13 @@
 
 static void test_cuda_driver_refuses_cleanly_when_disabled(void **state) {
   (void)state;
-  char why[512] = "";
-  assert_false(cuda_driver_load(why, sizeof why));
-  assert_non_null(strstr(why, "GEMC_NO_CUDA"));
+  char err[512] = "";
+  assert_false(cuda_driver_load(err, sizeof err));
+  assert_non_null(strstr(err, "GEMC_NO_CUDA"));
   assert_null(cuda_driver());
   char again[512] = "";
   assert_false(cuda_driver_load(again, sizeof again));
-  assert_string_equal(why, again);
+  assert_string_equal(err, again);
   assert_false(cuda_usable(again, sizeof again));
   assert_non_null(strstr(again, "GEMC_NO_CUDA"));
   CudaContext c;

@@ -289,8 +289,8 @@ static void check_round_trip(const Loaded *m, const SynthConfig *cfg, const char
   assert_true(batches_equal(&m->s, &got, &want));
   assert_true(datafile_read(r, 3 * 320 + 300, &got, err, sizeof err));
   assert_true(batches_equal(&m->s, &got, &want));
-  char why[512];
-  assert_true(batch_validate(&got, &m->s, why, sizeof why));
+  char reason[512];
+  assert_true(batch_validate(&got, &m->s, reason, sizeof reason));
   batch_free(&tail);
   batch_free(&got);
   batch_free(&want);
@@ -664,8 +664,8 @@ static void test_datafile_random_damage_with_valid_crcs(void **state) {
     Batch b;
     batch_alloc(&b, &m->s, datafile_examples(r));
     assert_true(datafile_read(r, 0, &b, err, sizeof err));
-    char why[512];
-    assert_true(batch_validate(&b, &m->s, why, sizeof why));
+    char reason[512];
+    assert_true(batch_validate(&b, &m->s, reason, sizeof reason));
     batch_free(&b);
     datafile_close_reader(r);
   }

@@ -41,9 +41,9 @@ static bool image_has(const char *image, size_t size, const char *name) {
 }
 
 static void compiles_for(const char *arch) {
-  char why[4096];
-  if (!nvrtc_available(why, sizeof why)) {
-    printf("skipped: libnvrtc cannot be loaded (%s)\n", why);
+  char err[4096];
+  if (!nvrtc_available(err, sizeof err)) {
+    printf("skipped: libnvrtc cannot be loaded (%s)\n", err);
     skip();
   }
   GemmKernelConfig configs[8];
@@ -52,9 +52,9 @@ static void compiles_for(const char *arch) {
   gemm_kernel_source(configs, n, &src);
   char *cubin = NULL, *log = NULL;
   size_t size = 0;
-  bool ok = nvrtc_compile(src.data, "gemm.cu", arch, NVRTC_CUBIN, &cubin, &size, &log, why,
-                          sizeof why);
-  if (!ok) fprintf(stderr, "%s\n%s\n", why, log ? log : "");
+  bool ok = nvrtc_compile(src.data, "gemm.cu", arch, NVRTC_CUBIN, &cubin, &size, &log, err,
+                          sizeof err);
+  if (!ok) fprintf(stderr, "%s\n%s\n", err, log ? log : "");
   assert_true(ok);
   assert_true(size > 0);
   // Every tile kernel and its split-K reduction is in the image by name.
@@ -110,17 +110,17 @@ static void test_gemm_kernel_source_instantiates_each_config_once(void **state) 
 
 static void test_gemm_kernel_valid_configs(void **state) {
   (void)state;
-  char why[256];
+  char err[256];
   GemmKernelConfig c = {.tile_m = 128, .tile_n = 256, .act = ACT_SILU, .out = DT_F32};
-  assert_true(gemm_kernel_valid(&c, why, sizeof why));
+  assert_true(gemm_kernel_valid(&c, err, sizeof err));
   c.tile_n = 64;
-  assert_false(gemm_kernel_valid(&c, why, sizeof why));
-  assert_non_null(strstr(why, "128x64"));
+  assert_false(gemm_kernel_valid(&c, err, sizeof err));
+  assert_non_null(strstr(err, "128x64"));
   c.tile_n = 128, c.act = ACT_SOFTMAX;
-  assert_false(gemm_kernel_valid(&c, why, sizeof why));
-  assert_non_null(strstr(why, "softmax"));
+  assert_false(gemm_kernel_valid(&c, err, sizeof err));
+  assert_non_null(strstr(err, "softmax"));
   c.act = ACT_NONE, c.out = DT_FP16;
-  assert_false(gemm_kernel_valid(&c, why, sizeof why));
+  assert_false(gemm_kernel_valid(&c, err, sizeof err));
 }
 
 // The contiguous dims: k of A (NN, NT) or m of A (TN, TT); n of B (NN, TN) or k of B (NT, TT);
@@ -138,42 +138,42 @@ static void test_gemm_kernel_alignment_rule(void **state) {
 
 static void test_gemm_kernel_geometry(void **state) {
   (void)state;
-  char why[256];
+  char err[256];
   GemmGeometry g;
   GemmKernelConfig c = {.tile_m = 128, .tile_n = 256, .aligned = true, .act = ACT_NONE,
                         .out = DT_BF16};
   // Enough tiles: no split, one block per tile, 4 stages of (128 + 256) x 32 bf16.
-  assert_true(gemm_kernel_geometry(&c, 262144, 256, 256, 132, 0, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 262144, 256, 256, 132, 0, &g, err, sizeof err));
   assert_int_equal(g.splits, 1);
   assert_int_equal(g.grid, 2048);
   assert_int_equal(g.smem, 4 * 384 * 32 * 2);
   assert_int_equal(g.workspace_bytes, 0);
   // A weight gradient: 2 tiles, k = 262144 (8192 steps) -> 32 splits.
-  assert_true(gemm_kernel_geometry(&c, 256, 256, 262144, 132, 0, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 256, 256, 262144, 132, 0, &g, err, sizeof err));
   assert_int_equal(g.splits, 32);
   assert_int_equal(g.grid, 64);
   assert_int_equal(g.workspace_bytes, (size_t)32 * 256 * 256 * 4);
   assert_int_equal(g.reduce_grid, 256 * 256 / 256);
   // Short k is not split below 4 steps per split; no split is left empty.
-  assert_true(gemm_kernel_geometry(&c, 128, 256, 200, 132, 0, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 128, 256, 200, 132, 0, &g, err, sizeof err));
   assert_int_equal(g.splits, 1);
-  assert_true(gemm_kernel_geometry(&c, 512, 1024, 4864, 132, 0, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 512, 1024, 4864, 132, 0, &g, err, sizeof err));
   int64_t steps = (4864 + 31) / 32, per = (steps + g.splits - 1) / g.splits;
   assert_true(g.splits > 1);
   assert_true((g.splits - 1) * per < steps);
   // 128x128 tiles count two blocks per SM.
   c.tile_n = 128;
-  assert_true(gemm_kernel_geometry(&c, 256, 256, 262144, 132, 0, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 256, 256, 262144, 132, 0, &g, err, sizeof err));
   assert_int_equal(g.grid, 4u * (unsigned)g.splits);
   assert_int_equal(g.smem, 4 * 256 * 32 * 2);
   // A forced split count is kept (the kernel writes zeros for an empty split).
-  assert_true(gemm_kernel_geometry(&c, 129, 256, 128, 132, 3, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 129, 256, 128, 132, 3, &g, err, sizeof err));
   assert_int_equal(g.splits, 3);
   assert_int_equal(g.grid, 2 * 2 * 3);
   // Empty products launch nothing; negative sizes are refused.
-  assert_true(gemm_kernel_geometry(&c, 0, 256, 256, 132, 0, &g, why, sizeof why));
+  assert_true(gemm_kernel_geometry(&c, 0, 256, 256, 132, 0, &g, err, sizeof err));
   assert_int_equal(g.grid, 0);
-  assert_false(gemm_kernel_geometry(&c, -1, 256, 256, 132, 0, &g, why, sizeof why));
+  assert_false(gemm_kernel_geometry(&c, -1, 256, 256, 132, 0, &g, err, sizeof err));
 }
 
 int main(void) {

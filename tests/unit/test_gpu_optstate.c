@@ -57,8 +57,8 @@ static void check_model(const char *path) {
     trained++;
     OptimState s;
     state_of(ir, t, &s);
-    char why[512] = "";
-    if (!gpu_optstate_check(&x.p, t, &s, why, sizeof why)) fail_msg("%s: %s", path, why);
+    char err[512] = "";
+    if (!gpu_optstate_check(&x.p, t, &s, err, sizeof err)) fail_msg("%s: %s", path, err);
     // What the CPU keeps and updates, the GPU keeps too (else a GPU run would lose it).
     for (int slot = 0; slot < GPU_OPTSTATE_SLOTS; slot++) {
       bool host = gpu_optstate_host(&s, slot) != NULL;
@@ -124,29 +124,29 @@ static void test_gpu_optstate_mismatch_is_refused(void **state) {
   assert_int_equal(gpu_optstate_numel(&x.p, param, 2), -1);
 
   OptimState s;
-  char why[512];
+  char err[512];
   state_of(ir, param, &s);
   int64_t n = s.n;
   optim_state_free(&s);
   Optim sgd = {.kind = OPTIM_SGD, .lr = 0.1};
   optim_state_init(&s, sgd, n, 0);
-  assert_false(gpu_optstate_check(&x.p, param, &s, why, sizeof why));
-  assert_non_null(strstr(why, ir->tensors[param].name));
-  assert_non_null(strstr(why, "AdamW m"));
+  assert_false(gpu_optstate_check(&x.p, param, &s, err, sizeof err));
+  assert_non_null(strstr(err, ir->tensors[param].name));
+  assert_non_null(strstr(err, "AdamW m"));
   optim_state_free(&s);
 
   Optim adamw = {.kind = OPTIM_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
   optim_state_init(&s, adamw, n + 1, 0);
-  assert_false(gpu_optstate_check(&x.p, param, &s, why, sizeof why));
-  assert_non_null(strstr(why, ir->tensors[param].name));
+  assert_false(gpu_optstate_check(&x.p, param, &s, err, sizeof err));
+  assert_non_null(strstr(err, ir->tensors[param].name));
   optim_state_free(&s);
 
   state_of(ir, table, &s);
-  assert_true(gpu_optstate_check(&x.p, table, &s, why, sizeof why));
+  assert_true(gpu_optstate_check(&x.p, table, &s, err, sizeof err));
   optim_state_free(&s);
   optim_state_init(&s, sgd, ir->tensors[table].fixed[0], 32);
-  assert_false(gpu_optstate_check(&x.p, table, &s, why, sizeof why));
-  assert_non_null(strstr(why, "rowsum"));
+  assert_false(gpu_optstate_check(&x.p, table, &s, err, sizeof err));
+  assert_non_null(strstr(err, "rowsum"));
   optim_state_free(&s);
   loaded_model_free(&x.m);
 }

@@ -114,9 +114,9 @@ static void case_compile(Case *c, const char *body) {
     fail();
   }
   free(diags);
-  char why[512];
-  if (!ir_verify(&c->ir, why, sizeof why)) {
-    print_message("the backward IR fails verification: %s\n", why);
+  char err[512];
+  if (!ir_verify(&c->ir, err, sizeof err)) {
+    print_message("the backward IR fails verification: %s\n", err);
     fail();
   }
   for (int i = 0; i < c->ir.nnodes; i++) op_seen[c->ir.nodes[i].op] = true;
@@ -285,9 +285,9 @@ static void gradcheck(const char *body) {
   cpu_exec_init_params(c.x, 7);
   case_random_params(&c);
   case_random_batch(&c, BATCH_EXAMPLES);
-  char why[256];
-  if (!cpu_exec_set_batch(c.x, &c.batch, why, sizeof why)) {
-    print_message("the batch does not bind: %s\n", why);
+  char err[256];
+  if (!cpu_exec_set_batch(c.x, &c.batch, err, sizeof err)) {
+    print_message("the batch does not bind: %s\n", err);
     fail();
   }
   check_gradients(&c);

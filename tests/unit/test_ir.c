@@ -151,9 +151,9 @@ static bool read_text(const char *text, Arena *a, Ir *out, char **errors) {
 }
 
 static void assert_verifies(const Ir *ir) {
-  char why[1024];
-  bool ok = ir_verify(ir, why, sizeof why);
-  if (!ok) fprintf(stderr, "verify: %s\n", why);
+  char err[1024];
+  bool ok = ir_verify(ir, err, sizeof err);
+  if (!ok) fprintf(stderr, "verify: %s\n", err);
   assert_true(ok);
 }
 
@@ -954,8 +954,8 @@ static void test_ir_read_survives_corrupt_text(void **state) {
     diag_init(&d, &f, devnull);
     if (ir_read(&f, &b, &d, &back)) {
       read_ok++;
-      char why[512];
-      (void)ir_verify(&back, why, sizeof why);
+      char err[512];
+      (void)ir_verify(&back, err, sizeof err);
       ir_print(devnull, &back);
     } else {
       read_failed++;
@@ -980,8 +980,8 @@ static void test_ir_read_survives_corrupt_text(void **state) {
     diag_init(&d, &f, devnull);
     if (ir_read(&f, &b, &d, &back)) {
       read_ok++;
-      char why[512];
-      if (ir_verify(&back, why, sizeof why)) assert_true(strlen(why) == 0);
+      char err[512];
+      if (ir_verify(&back, err, sizeof err)) assert_true(strlen(err) == 0);
       ir_print(devnull, &back);
     } else {
       read_failed++;
@@ -1191,15 +1191,15 @@ static void test_ir_verify_rule(void **state) {
   Arena a = {0};
   Ir ir;
   build_full(&ir, &a);
-  char why[1024];
-  assert_true(ir_verify(&ir, why, sizeof why));
+  char err[1024];
+  assert_true(ir_verify(&ir, err, sizeof err));
   rule->breaks(&ir);
-  bool ok = ir_verify(&ir, why, sizeof why);
-  if (ok || !strstr(why, rule->reason))
+  bool ok = ir_verify(&ir, err, sizeof err);
+  if (ok || !strstr(err, rule->reason))
     fprintf(stderr, "rule %s: want \"%s\"\n  got %s: \"%s\"\n", rule->name, rule->reason,
-            ok ? "pass" : "fail", why);
+            ok ? "pass" : "fail", err);
   assert_false(ok);
-  assert_non_null(strstr(why, rule->reason));
+  assert_non_null(strstr(err, rule->reason));
   arena_free(&a);
 }
 
@@ -1209,9 +1209,9 @@ static void test_ir_verify_names_the_node(void **state) {
   Ir ir;
   build_full(&ir, &a);
   node(&ir, "x")->heads = 3;
-  char why[1024];
-  assert_false(ir_verify(&ir, why, sizeof why));
-  assert_string_equal(why, "node 11 (%x = attention %h.1, %kv, %kv): heads = 3 must be "
+  char err[1024];
+  assert_false(ir_verify(&ir, err, sizeof err));
+  assert_string_equal(err, "node 11 (%x = attention %h.1, %kv, %kv): heads = 3 must be "
                            "positive and divide d = 8");
   // A tiny buffer is filled, never overrun.
   char small[12];
@@ -1339,8 +1339,8 @@ static void test_ir_read_survives_corrupt_backward(void **state) {
     diag_init(&d, &f, devnull);
     if (ir_read(&f, &b, &d, &back)) {
       read_ok++;
-      char why[512];
-      (void)ir_verify(&back, why, sizeof why);
+      char err[512];
+      (void)ir_verify(&back, err, sizeof err);
       ir_print(devnull, &back);
     }
     arena_free(&b);

@@ -62,8 +62,8 @@ static void compile_one(const JitRequest *r, const char *src, JitUnit *u, JitSta
   memset(u, 0, sizeof *u);
   u->name = "k";
   u->source = src;
-  char why[4096];
-  assert_true(jit_compile_units(r, u, 1, s, why, sizeof why));
+  char err[4096];
+  assert_true(jit_compile_units(r, u, 1, s, err, sizeof err));
   assert_memory_equal(u->image, "sm_90a:", 7);
 }
 
@@ -161,10 +161,10 @@ static void test_jit_cache_corrupt_entry_is_rebuilt(void **state) {
     void *img;
     size_t n;
     bool corrupt;
-    char why[4400];
-    assert_false(jit_cache_load(dir, "sm_90a", key, &img, &n, &corrupt, why, sizeof why));
+    char err[4400];
+    assert_false(jit_cache_load(dir, "sm_90a", key, &img, &n, &corrupt, err, sizeof err));
     assert_true(corrupt);
-    assert_non_null(strstr(why, dir));
+    assert_non_null(strstr(err, dir));
     // A request rebuilds it, and the rebuilt entry is a hit again.
     compile_one(&r, "kernel C", &u, &s);
     assert_int_equal(fc.calls, 2);
@@ -196,8 +196,8 @@ static void test_jit_cache_parallel_units_and_failure_named(void **state) {
     units[i].source = srcs[i];
   }
   JitStats s;
-  char why[4096];
-  assert_true(jit_compile_units(&r, units, N, &s, why, sizeof why));
+  char err[4096];
+  assert_true(jit_compile_units(&r, units, N, &s, err, sizeof err));
   assert_int_equal(s.misses, N);
   for (int i = 0; i < N; i++) {
     char want[400];
@@ -206,14 +206,14 @@ static void test_jit_cache_parallel_units_and_failure_named(void **state) {
     assert_memory_equal(units[i].image, want, units[i].size);
   }
   jit_units_free(units, N);
-  assert_true(jit_compile_units(&r, units, N, &s, why, sizeof why));
+  assert_true(jit_compile_units(&r, units, N, &s, err, sizeof err));
   assert_int_equal(s.hits, N);
   jit_units_free(units, N);
   units[4].source = "#error here";
   units[4].name = "bad_kernel";
-  assert_false(jit_compile_units(&r, units, N, &s, why, sizeof why));
-  assert_non_null(strstr(why, "bad_kernel"));
-  assert_non_null(strstr(why, "planted"));
+  assert_false(jit_compile_units(&r, units, N, &s, err, sizeof err));
+  assert_non_null(strstr(err, "bad_kernel"));
+  assert_non_null(strstr(err, "planted"));
   remove_tree(dir);
   free(dir);
 }
@@ -221,10 +221,10 @@ static void test_jit_cache_parallel_units_and_failure_named(void **state) {
 static void test_jit_cache_dir_from_environment(void **state) {
   (void)state;
   char *dir = make_temp_dir();
-  char sub[512], got[4096], why[512];
+  char sub[512], got[4096], err[512];
   snprintf(sub, sizeof sub, "%s/a/b", dir);
   setenv("GEMC_CACHE_DIR", sub, 1);
-  assert_true(jit_cache_dir(got, sizeof got, why, sizeof why));
+  assert_true(jit_cache_dir(got, sizeof got, err, sizeof err));
   assert_string_equal(got, sub);
   assert_int_equal(access(sub, W_OK), 0);
   unsetenv("GEMC_CACHE_DIR");

@@ -71,9 +71,9 @@ static bool batches_equal(const Schema *s, const Batch *x, const Batch *y) {
 }
 
 static void assert_valid(const Schema *s, const Batch *b) {
-  char why[512];
-  if (!batch_validate(b, s, why, sizeof why)) {
-    print_message("batch_validate: %s\n", why);
+  char err[512];
+  if (!batch_validate(b, s, err, sizeof err)) {
+    print_message("batch_validate: %s\n", err);
     fail();
   }
 }
