@@ -37,27 +37,14 @@ static void workspace_to_scratch(Lower *L, LaunchArg *a) {
   LaunchArg b = {.kind = ARG_SCRATCH, .tensor = -1, .slot = s, .jag = -1, .tiles = -1};
   *a = b;
 }
+
+// The attention emitter adds its launches and tile list to L; this turns their workspaces
+// into plan scratch.
 static bool lower_attention(Lower *L, int node) {
-  Launch out[PLAN_MAX_ATTENTION_LAUNCHES];
-  int nout = 0;
-  TileList tile;
-  memset(&tile, 0, sizeof tile);
-  tile.node = -1;
-  L->p->ntiles = L->ntiles;
-  L->p->source = L->src.data;
-  if (!emit_attention(L->p, L->ir, node, &L->src, out, &nout, &tile))
-    return lower_fail(L, node, "the attention emitter refused it");
-  if (tile.node == node) {
-    if (L->ntiles == L->cap_tiles) {
-      L->cap_tiles = L->cap_tiles ? 2 * L->cap_tiles : 8;
-      L->tiles = realloc(L->tiles, (size_t)L->cap_tiles * sizeof *L->tiles);
-      if (!L->tiles) gemc_internal_error(__FILE__, __LINE__, "out of memory");
-    }
-    L->tiles[L->ntiles++] = tile;
-  }
-  for (int i = 0; i < nout; i++) {
-    Launch *l = lower_new_launch(L, out[i].kind, node);
-    *l = out[i];
+  int first = L->nlaunches;
+  if (!emit_attention(L, node)) return lower_fail(L, node, "the attention emitter refused it");
+  for (int i = first; i < L->nlaunches; i++) {
+    Launch *l = &L->launches[i];
     for (int a = 0; a < l->nargs; a++) workspace_to_scratch(L, &l->args[a]);
     if (l->kind == LAUNCH_ZERO) workspace_to_scratch(L, &l->zero_arg);
   }

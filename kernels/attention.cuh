@@ -3,12 +3,12 @@
 // activations with their derivatives, and jagged row indexing. The kernels themselves are in
 // attention_forward.cuh and attention_backward.cuh; codegen/emit_attention.c pastes all three
 // into a model's source and writes one small extern "C" wrapper per attention node.
-// No standard headers: bf16 is carried as raw 16-bit words.
-// defines: attn_bf16, attn_half, attn_to_float, attn_store1, AttnRows, attn_act, attn_act_grad, the mma/ldmatrix/cp.async wrappers
+// No standard headers: bf16 and fp16 are carried as raw 16-bit words, in the prelude's types
+// (kernels/prelude.cuh: i64, bf16_t, fp16_t), which every source pastes in before this file.
+// defines: attn_to_float, attn_store1, AttnRows, attn_act, attn_act_grad, the mma, ldmatrix and
+// cp.async wrappers
 #ifndef GEMC_ATTENTION_CUH
 #define GEMC_ATTENTION_CUH
-
-typedef unsigned short attn_bf16;
 
 // The activations, numbered as gemc's Act enum (compiler/ir.h).
 enum {
@@ -31,7 +31,7 @@ enum { ATTN_TILE_KV = 64, ATTN_TILE_BWD = 64 };
 // ---------------------------------------------------------------------------------------------
 // bf16 conversions
 
-__device__ __forceinline__ float attn_bf16_to_float(attn_bf16 x) {
+__device__ __forceinline__ float attn_bf16_to_float(bf16_t x) {
   return __uint_as_float((unsigned)x << 16);
 }
 
@@ -46,7 +46,7 @@ __device__ __forceinline__ unsigned attn_pack_bf16(float lo, float hi) {
 #endif
 }
 
-__device__ __forceinline__ void attn_store2(attn_bf16 *p, float a, float b) {
+__device__ __forceinline__ void attn_store2(bf16_t *p, float a, float b) {
   *(unsigned *)p = attn_pack_bf16(a, b);
 }
 __device__ __forceinline__ void attn_store2(float *p, float a, float b) {
@@ -54,14 +54,11 @@ __device__ __forceinline__ void attn_store2(float *p, float a, float b) {
   p[1] = b;
 }
 
-// fp16 words, and one-element loads and stores for every storage type.
-struct attn_half {
-  unsigned short bits;
-};
-
+// One-element loads and stores for every storage type (fp16_t is a struct, so that it
+// overloads apart from bf16_t).
 __device__ __forceinline__ float attn_to_float(float x) { return x; }
-__device__ __forceinline__ float attn_to_float(attn_bf16 x) { return attn_bf16_to_float(x); }
-__device__ __forceinline__ float attn_to_float(attn_half x) {
+__device__ __forceinline__ float attn_to_float(bf16_t x) { return attn_bf16_to_float(x); }
+__device__ __forceinline__ float attn_to_float(fp16_t x) {
 #ifdef GEMC_ON_CPU
   return cpu_fp16_value(x.bits);
 #else
@@ -72,10 +69,10 @@ __device__ __forceinline__ float attn_to_float(attn_half x) {
 }
 
 __device__ __forceinline__ void attn_store1(float *p, float x) { *p = x; }
-__device__ __forceinline__ void attn_store1(attn_bf16 *p, float x) {
-  *p = (attn_bf16)(attn_pack_bf16(x, 0.0f) & 0xffffu);
+__device__ __forceinline__ void attn_store1(bf16_t *p, float x) {
+  *p = (bf16_t)(attn_pack_bf16(x, 0.0f) & 0xffffu);
 }
-__device__ __forceinline__ void attn_store1(attn_half *p, float x) {
+__device__ __forceinline__ void attn_store1(fp16_t *p, float x) {
 #ifdef GEMC_ON_CPU
   p->bits = cpu_fp16_bits(x);
 #else
@@ -165,8 +162,8 @@ template <int ACT> __device__ __forceinline__ float attn_act_grad_tc(float x) {
 // Rows are d wide; head h owns columns [h*dh, (h+1)*dh).
 
 struct AttnRows {
-  const long long *q_off;  // jagged q: offsets [B+1]; null otherwise
-  const long long *kv_off; // jagged kv: offsets [B+1]; null otherwise
+  const i64 *q_off;  // jagged q: offsets [B+1]; null otherwise
+  const i64 *kv_off; // jagged kv: offsets [B+1]; null otherwise
   int q_fixed;             // rows per example when q is not jagged (set k, seeds k, dense 1)
   int kv_fixed;            // rows per example when kv is not jagged
   int q_shared;            // PMA: every example reads seeds rows [0, q_fixed)
@@ -178,7 +175,7 @@ struct AttnRows {
 };
 
 struct AttnExample {
-  long long q_start, o_start, kv_start;
+  i64 q_start, o_start, kv_start;
   int q_len, kv_len;
 };
 
@@ -188,15 +185,15 @@ __device__ __forceinline__ AttnExample attn_example(const AttnRows &r, int b) {
     e.q_start = e.o_start = r.q_off[b];
     e.q_len = (int)(r.q_off[b + 1] - r.q_off[b]);
   } else {
-    e.q_start = r.q_shared ? 0 : (long long)b * r.q_fixed;
-    e.o_start = (long long)b * r.q_fixed;
+    e.q_start = r.q_shared ? 0 : (i64)b * r.q_fixed;
+    e.o_start = (i64)b * r.q_fixed;
     e.q_len = r.q_fixed;
   }
   if (r.kv_off) {
     e.kv_start = r.kv_off[b];
     e.kv_len = (int)(r.kv_off[b + 1] - r.kv_off[b]);
   } else {
-    e.kv_start = (long long)b * r.kv_fixed;
+    e.kv_start = (i64)b * r.kv_fixed;
     e.kv_len = r.kv_fixed;
   }
   return e;
@@ -215,7 +212,7 @@ __device__ __forceinline__ bool attn_visible(const AttnRows &r, int i, int j) {
 // The work of one dQ block: from the tile list, one (example, tile of `rows` query rows, head);
 // without one (PMA, whose seeds every example shares), block x is (seed tile, head) and the
 // block sums examples [0, batch) in order.
-__device__ __forceinline__ void attn_query_block(const int *tiles, long long batch, int rows,
+__device__ __forceinline__ void attn_query_block(const int *tiles, i64 batch, int rows,
                                                  int heads, int *b_first, int *b_end, int *i0,
                                                  int *h) {
   if (!tiles) {
@@ -292,20 +289,20 @@ template <int N> __device__ __forceinline__ void attn_cp_async_wait() {
 // Loads rows [row0, row0 + ROWS) of one head of a row-major bf16 matrix (row stride ld) into a
 // swizzled tile; rows at or past `len` become zeros. All THREADS threads take part.
 template <int ROWS, int DH, int THREADS>
-__device__ __forceinline__ void attn_load_tile(attn_bf16 *tile, const attn_bf16 *base, long long start,
+__device__ __forceinline__ void attn_load_tile(bf16_t *tile, const bf16_t *base, i64 start,
                                                int row0, int len, int ld, int col0) {
   enum { CHUNKS = DH / 8 };
   for (int c = threadIdx.x; c < ROWS * CHUNKS; c += THREADS) {
     int r = c / CHUNKS, ch = c % CHUNKS;
     bool valid = row0 + r < len;
-    const attn_bf16 *src = valid ? base + (start + row0 + r) * ld + col0 + ch * 8 : base;
+    const bf16_t *src = valid ? base + (start + row0 + r) * ld + col0 + ch * 8 : base;
     attn_cp_async16(tile + attn_smem_index<DH>(r, ch * 8), src, valid);
   }
 }
 
 // The same from an fp32 matrix (PMA seeds are fp32 parameters): converted, synchronously.
 template <int ROWS, int DH, int THREADS>
-__device__ __forceinline__ void attn_load_tile(attn_bf16 *tile, const float *base, long long start,
+__device__ __forceinline__ void attn_load_tile(bf16_t *tile, const float *base, i64 start,
                                                int row0, int len, int ld, int col0) {
   enum { PAIRS = DH / 2 };
   for (int c = threadIdx.x; c < ROWS * PAIRS; c += THREADS) {
@@ -323,12 +320,12 @@ __device__ __forceinline__ void attn_load_tile(attn_bf16 *tile, const float *bas
 // ---------------------------------------------------------------------------------------------
 // Warp-level mma. Fragments follow PTX's m16n8k16 layouts: lane = 4*g + t.
 
-__device__ __forceinline__ void attn_ldmatrix_x4(unsigned *r, const attn_bf16 *p) {
+__device__ __forceinline__ void attn_ldmatrix_x4(unsigned *r, const bf16_t *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(attn_smem_addr(p)));
 }
-__device__ __forceinline__ void attn_ldmatrix_x4_trans(unsigned *r, const attn_bf16 *p) {
+__device__ __forceinline__ void attn_ldmatrix_x4_trans(unsigned *r, const bf16_t *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(attn_smem_addr(p)));
@@ -345,7 +342,7 @@ __device__ __forceinline__ void attn_mma(float *acc, const unsigned *a, const un
 
 // A fragment: rows [r0, r0+16), cols [c0, c0+16) of a swizzled tile.
 template <int DH>
-__device__ __forceinline__ void attn_load_a(unsigned *a, const attn_bf16 *tile, int r0, int c0) {
+__device__ __forceinline__ void attn_load_a(unsigned *a, const bf16_t *tile, int r0, int c0) {
   int lane = threadIdx.x & 31;
   attn_ldmatrix_x4(a, tile + attn_smem_index<DH>(r0 + (lane & 15), c0 + (lane >> 4) * 8));
 }
@@ -353,7 +350,7 @@ __device__ __forceinline__ void attn_load_a(unsigned *a, const attn_bf16 *tile, 
 // B fragments for two n-blocks, when the tile holds Bᵀ row-major (n rows, k cols): rows
 // [n0, n0+16) give n, cols [k0, k0+16) give k. b[0..1]: n-block n0, b[2..3]: n0+8.
 template <int DH>
-__device__ __forceinline__ void attn_load_bt(unsigned *b, const attn_bf16 *tile, int n0, int k0) {
+__device__ __forceinline__ void attn_load_bt(unsigned *b, const bf16_t *tile, int n0, int k0) {
   int lane = threadIdx.x & 31;
   attn_ldmatrix_x4(b, tile + attn_smem_index<DH>(n0 + (lane & 7) + ((lane >> 4) << 3),
                                                k0 + ((lane >> 3) & 1) * 8));
@@ -362,7 +359,7 @@ __device__ __forceinline__ void attn_load_bt(unsigned *b, const attn_bf16 *tile,
 // B fragments for two n-blocks, when the tile holds B row-major (k rows, n cols): rows
 // [k0, k0+16) give k, cols [n0, n0+16) give n.
 template <int DH>
-__device__ __forceinline__ void attn_load_b(unsigned *b, const attn_bf16 *tile, int k0, int n0) {
+__device__ __forceinline__ void attn_load_b(unsigned *b, const bf16_t *tile, int k0, int n0) {
   int lane = threadIdx.x & 31;
   attn_ldmatrix_x4_trans(b, tile + attn_smem_index<DH>(k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                      n0 + (lane >> 4) * 8));

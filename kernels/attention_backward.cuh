@@ -39,8 +39,8 @@ __device__ __forceinline__ void attn_grad_element(const AttnRows &r, float s, fl
 // used, start loading tile it + 1 of x and y (rows from `next`) into the other stage and wait
 // for tile it; the last tile just waits.
 template <int TILE, int DH, int THREADS, typename TX, typename TY>
-__device__ __forceinline__ void attn_prefetch_pair(attn_bf16 *tile_x, const TX *x, long long x_start,
-                                                   attn_bf16 *tile_y, const TY *y, long long y_start,
+__device__ __forceinline__ void attn_prefetch_pair(bf16_t *tile_x, const TX *x, i64 x_start,
+                                                   bf16_t *tile_y, const TY *y, i64 y_start,
                                                    int len, int it, int count, int next,
                                                    const AttnRows &r, int col0) {
   if (it + 1 < count) {
@@ -58,9 +58,9 @@ __device__ __forceinline__ void attn_prefetch_pair(attn_bf16 *tile_x, const TX *
 // s = A1·B1ᵀ and dp = A2·B2ᵀ for this warp's 16 rows of A1 and A2 (resident tiles) against the
 // TILE rows of B1 and B2 (the staged tiles): S and dP (or their transposes) of one tile pair.
 template <int DH, int SCORE_BLOCKS>
-__device__ __forceinline__ void attn_two_products(float (*s)[4], float (*dp)[4], const attn_bf16 *a1,
-                                                  const attn_bf16 *a2, const attn_bf16 *b1,
-                                                  const attn_bf16 *b2, int warp) {
+__device__ __forceinline__ void attn_two_products(float (*s)[4], float (*dp)[4], const bf16_t *a1,
+                                                  const bf16_t *a2, const bf16_t *b1,
+                                                  const bf16_t *b2, int warp) {
 #pragma unroll
   for (int n = 0; n < SCORE_BLOCKS; n++)
 #pragma unroll
@@ -86,18 +86,18 @@ __device__ __forceinline__ void attn_two_products(float (*s)[4], float (*dp)[4],
 template <int DH, int ACT, typename QT, typename GT>
 __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__restrict__ dv,
                                                  const QT *__restrict__ q,
-                                                 const attn_bf16 *__restrict__ k,
-                                                 const attn_bf16 *__restrict__ v,
-                                                 const attn_bf16 *__restrict__ dout,
+                                                 const bf16_t *__restrict__ k,
+                                                 const bf16_t *__restrict__ v,
+                                                 const bf16_t *__restrict__ dout,
                                                  const AttnRows &r, const int *__restrict__ tiles,
                                                  const float *__restrict__ stats) {
   enum { TILE = ATTN_TILE_BWD, THREADS = 128, SCORE_BLOCKS = TILE / 8,
          OUT_BLOCKS = DH / 8 };
   extern __shared__ __align__(128) unsigned char attn_smem[];
-  attn_bf16 *tile_k = (attn_bf16 *)attn_smem;
-  attn_bf16 *tile_v = tile_k + TILE * DH;
-  attn_bf16 *tile_q = tile_v + TILE * DH;   // two stages
-  attn_bf16 *tile_do = tile_q + 2 * TILE * DH;  // two stages
+  bf16_t *tile_k = (bf16_t *)attn_smem;
+  bf16_t *tile_v = tile_k + TILE * DH;
+  bf16_t *tile_q = tile_v + TILE * DH;   // two stages
+  bf16_t *tile_do = tile_q + 2 * TILE * DH;  // two stages
 
   const int *tile = tiles + 3 * blockIdx.x;
   const int b = tile[0], j0 = tile[1], h = tile[2];
@@ -128,8 +128,8 @@ __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__rest
     const int i0 = qlo + it * TILE;
     attn_prefetch_pair<TILE, DH, THREADS>(tile_q, q, e.q_start, tile_do, dout, e.o_start, e.q_len,
                                           it, nqt, i0 + TILE, r, col0);
-    const attn_bf16 *stage_q = tile_q + (it & 1) * TILE * DH;
-    const attn_bf16 *stage_do = tile_do + (it & 1) * TILE * DH;
+    const bf16_t *stage_q = tile_q + (it & 1) * TILE * DH;
+    const bf16_t *stage_do = tile_do + (it & 1) * TILE * DH;
 
     // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ for this warp's 16 keys and the tile's queries.
     float s[SCORE_BLOCKS][4], dp[SCORE_BLOCKS][4];
@@ -178,7 +178,7 @@ __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__rest
   for (int half = 0; half < 2; half++) {
     const int j = key[half];
     if (j >= e.kv_len) continue;
-    const long long at = (e.kv_start + j) * r.d + col0 + 2 * t;
+    const i64 at = (e.kv_start + j) * r.d + col0 + 2 * t;
 #pragma unroll
     for (int n = 0; n < OUT_BLOCKS; n++) {
       if (dk)
@@ -189,20 +189,20 @@ __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__rest
 }
 
 template <int DH, int ACT, typename QT, typename GT>
-__device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long batch,
+__device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
                                                 const QT *__restrict__ q,
-                                                const attn_bf16 *__restrict__ k,
-                                                const attn_bf16 *__restrict__ v,
-                                                const attn_bf16 *__restrict__ dout,
+                                                const bf16_t *__restrict__ k,
+                                                const bf16_t *__restrict__ v,
+                                                const bf16_t *__restrict__ dout,
                                                 const AttnRows &r, const int *__restrict__ tiles,
                                                 const float *__restrict__ stats) {
   enum { TILE = ATTN_TILE_BWD, THREADS = 128, SCORE_BLOCKS = TILE / 8,
          OUT_BLOCKS = DH / 8 };
   extern __shared__ __align__(128) unsigned char attn_smem[];
-  attn_bf16 *tile_q = (attn_bf16 *)attn_smem;
-  attn_bf16 *tile_do = tile_q + TILE * DH;
-  attn_bf16 *tile_k = tile_do + TILE * DH;      // two stages
-  attn_bf16 *tile_v = tile_k + 2 * TILE * DH;   // two stages
+  bf16_t *tile_q = (bf16_t *)attn_smem;
+  bf16_t *tile_do = tile_q + TILE * DH;
+  bf16_t *tile_k = tile_do + TILE * DH;      // two stages
+  bf16_t *tile_v = tile_k + 2 * TILE * DH;   // two stages
 
   // One tile of the list, or (no list: PMA) one (seed tile, head) summed over every example
   // in example order, so the seeds' gradient needs no atomics and no second pass.
@@ -215,7 +215,7 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long b
   float acc_dq[OUT_BLOCKS][4];
 #pragma unroll
   for (int n = 0; n < OUT_BLOCKS; n++) acc_dq[n][0] = acc_dq[n][1] = acc_dq[n][2] = acc_dq[n][3] = 0.0f;
-  long long q_start = 0;
+  i64 q_start = 0;
   int q_len = 0;
 
   for (int b = b_first; b < b_end; b++) {
@@ -244,8 +244,8 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, long long b
       const int j0 = jlo + it * TILE;
       attn_prefetch_pair<TILE, DH, THREADS>(tile_k, k, e.kv_start, tile_v, v, e.kv_start, e.kv_len,
                                             it, nkv, j0 + TILE, r, col0);
-      const attn_bf16 *stage_k = tile_k + (it & 1) * TILE * DH;
-      const attn_bf16 *stage_v = tile_v + (it & 1) * TILE * DH;
+      const bf16_t *stage_k = tile_k + (it & 1) * TILE * DH;
+      const bf16_t *stage_v = tile_v + (it & 1) * TILE * DH;
 
       // S = Q·Kᵀ and dP = dO·Vᵀ for this warp's 16 queries and the tile's keys.
       float s[SCORE_BLOCKS][4], dp[SCORE_BLOCKS][4];

@@ -1,8 +1,9 @@
 // attention_forward.cuh: the forward GDPA kernel body, jagged flash attention on mma.sync.
 // One block computes one (example, query tile, head) from the tile list: WARPS warps of MW×16
-// query rows each (a K or V fragment read from shared memory serves MW row blocks); K and V stream through shared memory in ATTN_TILE_KV-key tiles, double
-// buffered with cp.async. Softmax runs online (running max and sum per row, in log2 units);
-// a pointwise activation needs no running state: O += act(scale·S)·M·V directly.
+// query rows each (a K or V fragment read from shared memory serves MW row blocks); K and V
+// stream through shared memory in ATTN_TILE_KV-key tiles, double buffered with cp.async.
+// Softmax runs online (running max and sum per row, in log2 units); a pointwise activation
+// needs no running state: O += act(scale·S)·M·V directly.
 // With `stats` set the kernel is the softmax backward's preparation instead: it writes, per
 // output row and head, the row's log2-sum-exp and D = rowsum(dO ⊙ O), and no output.
 // defines: attn_forward
@@ -12,11 +13,11 @@
 
 template <int DH, int ACT, int WARPS, int MW, typename QT, typename OT>
 __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__restrict__ q,
-                                             const attn_bf16 *__restrict__ k,
-                                             const attn_bf16 *__restrict__ v, const AttnRows &r,
+                                             const bf16_t *__restrict__ k,
+                                             const bf16_t *__restrict__ v, const AttnRows &r,
                                              const int *__restrict__ tiles,
                                              float *__restrict__ stats,
-                                             const attn_bf16 *__restrict__ dout) {
+                                             const bf16_t *__restrict__ dout) {
   enum {
     TILE_Q = 16 * MW * WARPS,  // each warp owns MW blocks of 16 query rows
     THREADS = 32 * WARPS,
@@ -26,9 +27,9 @@ __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__r
     SOFTMAX = ACT == ATTN_ACT_SOFTMAX,
   };
   extern __shared__ __align__(128) unsigned char attn_smem[];
-  attn_bf16 *tile_q = (attn_bf16 *)attn_smem;
-  attn_bf16 *tile_k = tile_q + TILE_Q * DH;           // two stages
-  attn_bf16 *tile_v = tile_k + 2 * ATTN_TILE_KV * DH;  // two stages
+  bf16_t *tile_q = (bf16_t *)attn_smem;
+  bf16_t *tile_k = tile_q + TILE_Q * DH;           // two stages
+  bf16_t *tile_v = tile_k + 2 * ATTN_TILE_KV * DH;  // two stages
 
   const int *tile = tiles + 3 * blockIdx.x;
   const int b = tile[0], i0 = tile[1], h = tile[2];
@@ -76,8 +77,8 @@ __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__r
       attn_cp_async_wait<0>();
     }
     __syncthreads();
-    const attn_bf16 *stage_k = tile_k + (it & 1) * ATTN_TILE_KV * DH;
-    const attn_bf16 *stage_v = tile_v + (it & 1) * ATTN_TILE_KV * DH;
+    const bf16_t *stage_k = tile_k + (it & 1) * ATTN_TILE_KV * DH;
+    const bf16_t *stage_v = tile_v + (it & 1) * ATTN_TILE_KV * DH;
 
     // S = Q·Kᵀ for this warp's rows and the tile's keys: each K fragment serves MW row blocks.
     float s[MW][SCORE_BLOCKS][4];
@@ -211,12 +212,12 @@ __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__r
         const int i = row[m][half];
         float dot = 0.0f;
         if (i < e.q_len) {
-          const attn_bf16 *grad = dout + (e.o_start + i) * r.d + col0 + 2 * t;
+          const bf16_t *grad = dout + (e.o_start + i) * r.d + col0 + 2 * t;
 #pragma unroll
           for (int n = 0; n < OUT_BLOCKS; n++) {
             unsigned pair = *(const unsigned *)(grad + n * 8);
-            dot += acc_o[m][n][2 * half] * attn_bf16_to_float((attn_bf16)(pair & 0xffffu)) +
-                   acc_o[m][n][2 * half + 1] * attn_bf16_to_float((attn_bf16)(pair >> 16));
+            dot += acc_o[m][n][2 * half] * attn_bf16_to_float((bf16_t)(pair & 0xffffu)) +
+                   acc_o[m][n][2 * half + 1] * attn_bf16_to_float((bf16_t)(pair >> 16));
           }
         }
         dot += __shfl_xor_sync(0xffffffffu, dot, 1);

@@ -38,10 +38,10 @@ __device__ __forceinline__ float attnq_finite_abs(float x) {
 // *amax_bits must be 0 before the launch.
 template <typename T>
 __device__ __forceinline__ void attnq_amax(unsigned *__restrict__ amax_bits, const T *__restrict__ x,
-                                           long long n) {
+                                           i64 n) {
   float m = 0.0f;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (long long)gridDim.x * blockDim.x)
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (i64)gridDim.x * blockDim.x)
     m = fmaxf(m, attnq_finite_abs(attn_to_float(x[i])));
   m = warp_max(m);
   if (threadIdx.x % WARP_SIZE == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
@@ -60,8 +60,8 @@ __device__ __forceinline__ float attnq_fp8(float x, float scale) {
 // fp8, second pass: out[i] = e4m3(x[i] / scale) * scale, one thread per element.
 template <typename T>
 __device__ __forceinline__ void attnq_quantize_fp8(float *__restrict__ out, const T *__restrict__ x,
-                                                   long long n, const unsigned *__restrict__ amax_bits) {
-  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+                                                   i64 n, const unsigned *__restrict__ amax_bits) {
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   out[i] = attnq_fp8(attn_to_float(x[i]), attnq_fp8_scale(__uint_as_float(*amax_bits)));
 }
@@ -78,12 +78,12 @@ __device__ __forceinline__ void attnq_mx_block(float *v, int n, int stride) {
 // mxfp8 along each head's features: one thread per (row, head, block of 32 of dh).
 template <int DH, typename T>
 __device__ __forceinline__ void attnq_quantize_heads_mx(float *__restrict__ out, const T *__restrict__ x,
-                                                        long long rows, int d) {
+                                                        i64 rows, int d) {
   enum { BLOCKS = (DH + ATTNQ_BLOCK - 1) / ATTNQ_BLOCK };
   const int heads = d / DH;
-  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (t >= rows * heads * BLOCKS) return;
-  long long row = t / (heads * BLOCKS);
+  i64 row = t / (heads * BLOCKS);
   int rest = (int)(t % (heads * BLOCKS)), h = rest / BLOCKS, blk = rest % BLOCKS;
   int c0 = h * DH + blk * ATTNQ_BLOCK, n = DH - blk * ATTNQ_BLOCK;
   if (n > ATTNQ_BLOCK) n = ATTNQ_BLOCK;
@@ -100,13 +100,13 @@ enum { ATTNQ_KV_ROWS = 0, ATTNQ_Q_ROWS = 1, ATTNQ_OUT_ROWS = 2 };
 // per (example, column). PMA's seeds (q rows, shared) are one block of rows, done once.
 template <typename T>
 __device__ __forceinline__ void attnq_quantize_rows_mx(float *__restrict__ out, const T *__restrict__ x,
-                                                       const AttnRows &r, int side, long long batch) {
-  long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  long long examples = side == ATTNQ_Q_ROWS && r.q_shared ? 1 : batch;
+                                                       const AttnRows &r, int side, i64 batch) {
+  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  i64 examples = side == ATTNQ_Q_ROWS && r.q_shared ? 1 : batch;
   if (t >= examples * r.d) return;
   const int b = (int)(t / r.d), c = (int)(t % r.d);
   const AttnExample e = attn_example(r, b);
-  long long start = side == ATTNQ_KV_ROWS ? e.kv_start : side == ATTNQ_Q_ROWS ? e.q_start : e.o_start;
+  i64 start = side == ATTNQ_KV_ROWS ? e.kv_start : side == ATTNQ_Q_ROWS ? e.q_start : e.o_start;
   int len = side == ATTNQ_KV_ROWS ? e.kv_len : e.q_len;
   for (int r0 = 0; r0 < len; r0 += ATTNQ_BLOCK) {
     int n = len - r0 < ATTNQ_BLOCK ? len - r0 : ATTNQ_BLOCK;
@@ -356,7 +356,7 @@ __device__ __forceinline__ void attnq_backward_stats(float4 *__restrict__ stats,
 // dQ = scale · quant(dS) · K, one thread per query row; PMA (no tile list) sums the examples
 // in order for its shared seeds.
 template <int DH, int ACT, int MX, typename GT>
-__device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, long long batch,
+__device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, i64 batch,
                                                  const float *__restrict__ qh,
                                                  const float *__restrict__ kh,
                                                  const float *__restrict__ vh,
@@ -372,7 +372,7 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, long long 
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;
-  long long q_start = 0;
+  i64 q_start = 0;
   int q_len = 0;
   for (int b = b_first; b < b_end; b++) {
     const AttnExample e = attn_example(r, b);
@@ -498,7 +498,7 @@ __device__ __forceinline__ void attnq_backward_kv(GT *__restrict__ dk, GT *__res
           for (int c = 0; c < DH; c++) acc_dk[c] += q[1] * qi[c];
       });
   if (!active) return;
-  const long long at = (e.kv_start + j) * r.d + col0;
+  const i64 at = (e.kv_start + j) * r.d + col0;
   for (int c = 0; c < DH; c++) {
     if (dk) attn_store1(dk + at + c, acc_dk[c] * r.scale);
     if (dv) attn_store1(dv + at + c, acc_dv[c]);

@@ -11,7 +11,7 @@ enum { ATTN_SIMT_ROWS = 64 };
 
 // Stages rows [row0, row0 + 64) of one head into sh[64][DH] as floats (zeros past len).
 template <int DH, typename T>
-__device__ __forceinline__ void attn_stage_rows(float *sh, const T *base, long long start, int row0,
+__device__ __forceinline__ void attn_stage_rows(float *sh, const T *base, i64 start, int row0,
                                                 int len, int ld, int col0) {
   for (int c = threadIdx.x; c < ATTN_SIMT_ROWS * DH; c += ATTN_SIMT_ROWS) {
     int rr = c / DH, cc = c % DH;
@@ -153,7 +153,7 @@ __device__ __forceinline__ void attn_backward_kv_simt(GT *__restrict__ dk, GT *_
     }
   }
   if (!active) return;
-  const long long at = (e.kv_start + j) * r.d + col0;
+  const i64 at = (e.kv_start + j) * r.d + col0;
   for (int c = 0; c < DH; c++) {
     if (dk) attn_store1(dk + at + c, acc_dk[c] * r.scale);
     if (dv) attn_store1(dv + at + c, acc_dv[c]);
@@ -161,7 +161,7 @@ __device__ __forceinline__ void attn_backward_kv_simt(GT *__restrict__ dk, GT *_
 }
 
 template <int DH, int ACT, typename QT, typename T, typename GT>
-__device__ __forceinline__ void attn_backward_q_simt(GT *__restrict__ dq, long long batch,
+__device__ __forceinline__ void attn_backward_q_simt(GT *__restrict__ dq, i64 batch,
                                                      const QT *__restrict__ q,
                                                      const T *__restrict__ k,
                                                      const T *__restrict__ v,
@@ -176,7 +176,7 @@ __device__ __forceinline__ void attn_backward_q_simt(GT *__restrict__ dq, long l
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;
-  long long q_start = 0;
+  i64 q_start = 0;
   int q_len = 0;
   for (int b = b_first; b < b_end; b++) {
     const AttnExample e = attn_example(r, b);

@@ -21,14 +21,13 @@
 // move with 16-byte cp.async and C with paired stores; otherwise with element loads and stores
 // (slow, correct; the models' n = 1 and k = 1 products take it). Rows and columns past the
 // matrix edges are zero-filled, so m (jagged row counts) is free either way.
-// Self-contained: every name is gemm_-prefixed; no standard headers (bf16 is a raw 16-bit word).
-// defines: gemm_bf16, GEMM_ACT_*, gemm_tile, gemm_splitk_reduce, GEMM_INSTANTIATE
+// Built on kernels/prelude.cuh (i64, bf16_t: the bits of a bf16), which gemm_kernel_source
+// pastes first; every name of its own is gemm_-prefixed, and it needs no standard header.
+// defines: GEMM_ACT_*, gemm_tile, gemm_splitk_reduce, GEMM_INSTANTIATE
 #ifndef GEMC_GEMM_CUH
 #define GEMC_GEMM_CUH
 
-typedef unsigned short gemm_bf16;
-
-// The activations, numbered as gemc's Act enum (compiler/ir.h).
+// The activations, numbered as gemc's Act enum (compiler/ir/ir.h).
 enum { GEMM_ACT_NONE = 0, GEMM_ACT_SILU = 2, GEMM_ACT_GELU = 3, GEMM_ACT_RELU = 5 };
 enum { GEMM_BK = 32, GEMM_THREADS = 256, GEMM_WARPS = 8, GEMM_GROUP_M = 8 };
 
@@ -49,14 +48,14 @@ template <int ACT> __device__ __forceinline__ float gemm_act(float x) {
 }
 
 __device__ __forceinline__ void gemm_store1(float *p, float x) { *p = x; }
-__device__ __forceinline__ void gemm_store1(gemm_bf16 *p, float x) {
-  *p = (gemm_bf16)(gemm_pack_bf16(x, 0.0f) & 0xffffu);
+__device__ __forceinline__ void gemm_store1(bf16_t *p, float x) {
+  *p = (bf16_t)(gemm_pack_bf16(x, 0.0f) & 0xffffu);
 }
 // Two adjacent outputs; p is 8-byte (fp32) or 4-byte (bf16) aligned.
 __device__ __forceinline__ void gemm_store2(float *p, float a, float b) {
   asm volatile("st.global.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
-__device__ __forceinline__ void gemm_store2(gemm_bf16 *p, float a, float b) {
+__device__ __forceinline__ void gemm_store2(bf16_t *p, float a, float b) {
   *(unsigned *)p = gemm_pack_bf16(a, b);
 }
 
@@ -89,9 +88,9 @@ template <int N> __device__ __forceinline__ void gemm_cp_async_wait() {
 // elements per row into a swizzled tile; elements at or past (rows, cols) become zero. All
 // GEMM_THREADS threads take part.
 template <int ROWS, int COLS, bool ALIGNED>
-__device__ __forceinline__ void gemm_load_tile(gemm_bf16 *tile, const gemm_bf16 *__restrict__ src,
-                                               long long ld, long long row0, long long col0,
-                                               long long rows, long long cols) {
+__device__ __forceinline__ void gemm_load_tile(bf16_t *tile, const bf16_t *__restrict__ src,
+                                               i64 ld, i64 row0, i64 col0,
+                                               i64 rows, i64 cols) {
   enum { CHUNKS = COLS / 8, TOTAL = ROWS * CHUNKS,
          PER_THREAD = (TOTAL + GEMM_THREADS - 1) / GEMM_THREADS };
 #pragma unroll
@@ -99,8 +98,8 @@ __device__ __forceinline__ void gemm_load_tile(gemm_bf16 *tile, const gemm_bf16 
     const int c = (int)threadIdx.x + i * GEMM_THREADS;
     if (TOTAL % GEMM_THREADS != 0 && c >= TOTAL) break;
     const int r = c / CHUNKS, ch = c % CHUNKS;
-    const long long gr = row0 + r, gc = col0 + ch * 8;
-    gemm_bf16 *dst = tile + gemm_smem_index<COLS>(r, ch * 8);
+    const i64 gr = row0 + r, gc = col0 + ch * 8;
+    bf16_t *dst = tile + gemm_smem_index<COLS>(r, ch * 8);
     if (ALIGNED) {
       const bool valid = gr < rows && gc < cols;  // cols % 8 == 0: the whole chunk is inside
       gemm_cp_async16(dst, valid ? src + gr * ld + gc : src, valid);
@@ -122,12 +121,12 @@ __device__ __forceinline__ void gemm_load_tile(gemm_bf16 *tile, const gemm_bf16 
 // ---------------------------------------------------------------------------------------------
 // Warp-level mma: fragments in PTX's m16n8k16 layouts (lane = 4 * g + t).
 
-__device__ __forceinline__ void gemm_ldmatrix_x4(unsigned *r, const gemm_bf16 *p) {
+__device__ __forceinline__ void gemm_ldmatrix_x4(unsigned *r, const bf16_t *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(gemm_smem_addr(p)));
 }
-__device__ __forceinline__ void gemm_ldmatrix_x4_trans(unsigned *r, const gemm_bf16 *p) {
+__device__ __forceinline__ void gemm_ldmatrix_x4_trans(unsigned *r, const bf16_t *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(gemm_smem_addr(p)));
@@ -145,7 +144,7 @@ __device__ __forceinline__ void gemm_mma(float *acc, const unsigned *a, const un
 // A fragment (rows m0.., k k0.., 16x16). TRANS: the tile holds A k-major (GEMM_BK rows of COLS
 // = BM), so ldmatrix.trans turns each stored 8x8 [k][m] block into the [m][k] fragment.
 template <bool TRANS, int COLS>
-__device__ __forceinline__ void gemm_load_a(unsigned *a, const gemm_bf16 *tile, int m0, int k0) {
+__device__ __forceinline__ void gemm_load_a(unsigned *a, const bf16_t *tile, int m0, int k0) {
   const int lane = threadIdx.x & 31;
   if (TRANS)
     gemm_ldmatrix_x4_trans(a, tile + gemm_smem_index<COLS>(k0 + (lane & 7) + ((lane >> 4) << 3),
@@ -157,7 +156,7 @@ __device__ __forceinline__ void gemm_load_a(unsigned *a, const gemm_bf16 *tile, 
 // B fragments of two n-blocks (n0 and n0 + 8, k k0..k0+15): b[0..1] for n0, b[2..3] for n0 + 8.
 // TRANS: the tile holds Bᵀ (BN rows of GEMM_BK), else B (GEMM_BK rows of COLS = BN).
 template <bool TRANS, int COLS>
-__device__ __forceinline__ void gemm_load_b(unsigned *b, const gemm_bf16 *tile, int k0, int n0) {
+__device__ __forceinline__ void gemm_load_b(unsigned *b, const bf16_t *tile, int k0, int n0) {
   const int lane = threadIdx.x & 31;
   if (TRANS)
     gemm_ldmatrix_x4(b, tile + gemm_smem_index<COLS>(n0 + (lane & 7) + ((lane >> 4) << 3),
@@ -172,7 +171,7 @@ __device__ __forceinline__ void gemm_load_b(unsigned *b, const gemm_bf16 *tile, 
 // matrix: bias, activation, store; columns at or past n are dropped.
 template <bool ALIGNED, int ACT, typename OT>
 __device__ __forceinline__ void gemm_out2(OT *__restrict__ out, const float *__restrict__ bias,
-                                          long long row, long long col, long long n, float v0,
+                                          i64 row, i64 col, i64 n, float v0,
                                           float v1) {
   if (ALIGNED) {  // n % 8 == 0 and col even: both or neither are inside
     if (col >= n) return;
@@ -195,10 +194,10 @@ __device__ __forceinline__ void gemm_out2(OT *__restrict__ out, const float *__r
 template <int BM, int BN, int WARPS_M, int STAGES, bool TRANS_A, bool TRANS_B, bool ALIGNED,
           int ACT, typename OT>
 __device__ __forceinline__ void gemm_tile(OT *__restrict__ c, float *__restrict__ partial,
-                                          const gemm_bf16 *__restrict__ a,
-                                          const gemm_bf16 *__restrict__ b,
-                                          const float *__restrict__ bias, long long m, long long n,
-                                          long long k, int splits) {
+                                          const bf16_t *__restrict__ a,
+                                          const bf16_t *__restrict__ b,
+                                          const float *__restrict__ bias, i64 m, i64 n,
+                                          i64 k, int splits) {
   enum {
     WARPS_N = GEMM_WARPS / WARPS_M,
     WM = BM / WARPS_M,
@@ -212,31 +211,31 @@ __device__ __forceinline__ void gemm_tile(OT *__restrict__ c, float *__restrict_
   };
   static_assert(WM % 16 == 0 && WN % 16 == 0 && STAGES >= 2, "gemm: bad tile shape");
   extern __shared__ __align__(128) unsigned char gemm_smem[];
-  gemm_bf16 *smem = (gemm_bf16 *)gemm_smem;
+  bf16_t *smem = (bf16_t *)gemm_smem;
 
   // Which tile and which share of k: groups of GEMM_GROUP_M tile rows, column by column.
-  const long long tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
-  const long long tiles = tiles_m * tiles_n;
-  const long long pid = (long long)blockIdx.x % tiles;
-  const int split = (int)((long long)blockIdx.x / tiles);
-  const long long per_group = (long long)GEMM_GROUP_M * tiles_n;
-  const long long first_m = pid / per_group * GEMM_GROUP_M;
-  const long long group_rows = tiles_m - first_m < GEMM_GROUP_M ? tiles_m - first_m : GEMM_GROUP_M;
-  const long long tm = first_m + (pid % per_group) % group_rows;
-  const long long tn = (pid % per_group) / group_rows;
-  const long long m0 = tm * BM, n0 = tn * BN;
-  const long long k_steps = (k + GEMM_BK - 1) / GEMM_BK;
-  const long long steps_per_split = (k_steps + splits - 1) / splits;
-  const long long k_begin = (long long)split * steps_per_split * GEMM_BK;
-  long long k_end = k_begin + steps_per_split * GEMM_BK;
+  const i64 tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+  const i64 tiles = tiles_m * tiles_n;
+  const i64 pid = (i64)blockIdx.x % tiles;
+  const int split = (int)((i64)blockIdx.x / tiles);
+  const i64 per_group = (i64)GEMM_GROUP_M * tiles_n;
+  const i64 first_m = pid / per_group * GEMM_GROUP_M;
+  const i64 group_rows = tiles_m - first_m < GEMM_GROUP_M ? tiles_m - first_m : GEMM_GROUP_M;
+  const i64 tm = first_m + (pid % per_group) % group_rows;
+  const i64 tn = (pid % per_group) / group_rows;
+  const i64 m0 = tm * BM, n0 = tn * BN;
+  const i64 k_steps = (k + GEMM_BK - 1) / GEMM_BK;
+  const i64 steps_per_split = (k_steps + splits - 1) / splits;
+  const i64 k_begin = (i64)split * steps_per_split * GEMM_BK;
+  i64 k_end = k_begin + steps_per_split * GEMM_BK;
   if (k_end > k) k_end = k;
   const int nsteps = k_end > k_begin ? (int)((k_end - k_begin + GEMM_BK - 1) / GEMM_BK) : 0;
 
   // Stage s <- k step `step` of this split. k bounds are k_end, so a split never reads its
   // neighbour's share.
   auto load_stage = [&](int s, int step) {
-    gemm_bf16 *sa = smem + s * STAGE_ELEMS, *sb = sa + A_ELEMS;
-    const long long k0 = k_begin + (long long)step * GEMM_BK;
+    bf16_t *sa = smem + s * STAGE_ELEMS, *sb = sa + A_ELEMS;
+    const i64 k0 = k_begin + (i64)step * GEMM_BK;
     if (TRANS_A)
       gemm_load_tile<GEMM_BK, BM, ALIGNED>(sa, a, m, k0, m0, k_end, m);
     else
@@ -269,7 +268,7 @@ __device__ __forceinline__ void gemm_tile(OT *__restrict__ c, float *__restrict_
     if (next < nsteps) load_stage(next % STAGES, next);
     gemm_cp_async_commit();
 
-    const gemm_bf16 *sa = smem + (step % STAGES) * STAGE_ELEMS, *sb = sa + A_ELEMS;
+    const bf16_t *sa = smem + (step % STAGES) * STAGE_ELEMS, *sb = sa + A_ELEMS;
 #pragma unroll
     for (int kk = 0; kk < GEMM_BK; kk += 16) {
       unsigned fa[MI][4], fb[NI][2];
@@ -290,14 +289,14 @@ __device__ __forceinline__ void gemm_tile(OT *__restrict__ c, float *__restrict_
   gemm_cp_async_wait<0>();
 
   // Thread (g, t) holds, per (i, j), rows g and g + 8 of the 16x8 block, columns 2t and 2t + 1.
-  const long long row_base = m0 + wm * WM + g, col_base = n0 + wn * WN + 2 * t;
+  const i64 row_base = m0 + wm * WM + g, col_base = n0 + wn * WN + 2 * t;
   if (splits > 1) {
-    float *dst = partial + (long long)split * m * n;
+    float *dst = partial + (i64)split * m * n;
 #pragma unroll
     for (int i = 0; i < MI; i++)
 #pragma unroll
       for (int half = 0; half < 2; half++) {
-        const long long row = row_base + i * 16 + half * 8;
+        const i64 row = row_base + i * 16 + half * 8;
         if (row >= m) continue;
 #pragma unroll
         for (int j = 0; j < NI; j++)
@@ -310,7 +309,7 @@ __device__ __forceinline__ void gemm_tile(OT *__restrict__ c, float *__restrict_
   for (int i = 0; i < MI; i++)
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      const long long row = row_base + i * 16 + half * 8;
+      const i64 row = row_base + i * 16 + half * 8;
       if (row >= m) continue;
 #pragma unroll
       for (int j = 0; j < NI; j++)
@@ -324,12 +323,12 @@ __device__ __forceinline__ void gemm_tile(OT *__restrict__ c, float *__restrict_
 template <int ACT, typename OT>
 __device__ __forceinline__ void gemm_splitk_reduce(OT *__restrict__ c,
                                                    const float *__restrict__ partial,
-                                                   const float *__restrict__ bias, long long m,
-                                                   long long n, int splits) {
-  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, total = m * n;
+                                                   const float *__restrict__ bias, i64 m,
+                                                   i64 n, int splits) {
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, total = m * n;
   if (i >= total) return;
   float sum = 0.0f;
-  for (int s = 0; s < splits; s++) sum += partial[(long long)s * total + i];
+  for (int s = 0; s < splits; s++) sum += partial[(i64)s * total + i];
   if (bias) sum += bias[i % n];
   gemm_store1(c + i, gemm_act<ACT>(sum));
 }
@@ -337,13 +336,13 @@ __device__ __forceinline__ void gemm_splitk_reduce(OT *__restrict__ c,
 // One instantiation: NAME (the tile) and NAME_reduce (split-K's second pass), extern "C".
 #define GEMM_INSTANTIATE(NAME, BM, BN, WARPS_M, STAGES, TRANS_A, TRANS_B, ALIGNED, ACT, OT)      \
   extern "C" __global__ void __launch_bounds__(GEMM_THREADS, (BN) <= 128 ? 2 : 1)              \
-      NAME(OT *c, float *partial, const gemm_bf16 *a, const gemm_bf16 *b, const float *bias,      \
-           long long m, long long n, long long k, int splits) {                                   \
+      NAME(OT *c, float *partial, const bf16_t *a, const bf16_t *b, const float *bias,      \
+           i64 m, i64 n, i64 k, int splits) {                                   \
     gemm_tile<BM, BN, WARPS_M, STAGES, TRANS_A, TRANS_B, ALIGNED, ACT, OT>(c, partial, a, b,      \
                                                                            bias, m, n, k, splits); \
   }                                                                                               \
   extern "C" __global__ void NAME##_reduce(OT *c, const float *partial, const float *bias,        \
-                                           long long m, long long n, int splits) {                \
+                                           i64 m, i64 n, int splits) {                \
     gemm_splitk_reduce<ACT, OT>(c, partial, bias, m, n, splits);                                  \
   }
 

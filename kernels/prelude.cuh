@@ -2,11 +2,16 @@
 // the binary) at the top of each generated source, so NVRTC needs no include path and no
 // standard header. The numerics follow runtime/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
+// Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, act_* , warp_sum, block_sum, e4m3_round
+#ifndef GEMC_PRELUDE_CUH
+#define GEMC_PRELUDE_CUH
 
 typedef long long i64;
 typedef unsigned short bf16_t;  // the bits of a bf16
-typedef unsigned short fp16_t;  // the bits of an IEEE half
+struct fp16_t {                 // the bits of an IEEE half (a struct: it overloads apart)
+  unsigned short bits;
+};
 
 enum { WARP_SIZE = 32, MX_BLOCK = 32 };
 
@@ -22,12 +27,12 @@ __device__ __forceinline__ bf16_t float_to_bf16(float x) {
 }
 __device__ __forceinline__ float fp16_to_float(fp16_t h) {
   float x;
-  asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h));
+  asm("cvt.f32.f16 %0, %1;" : "=f"(x) : "h"(h.bits));
   return x;
 }
 __device__ __forceinline__ fp16_t float_to_fp16(float x) {
-  unsigned short h;
-  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(x));
+  fp16_t h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h.bits) : "f"(x));
   return h;
 }
 
@@ -46,7 +51,8 @@ __device__ __forceinline__ float e4m3_round(float x) {
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
   unsigned halves;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
-  return fp16_to_float((fp16_t)(halves & 0xffffu));
+  fp16_t lo = {(unsigned short)(halves & 0xffffu)};
+  return fp16_to_float(lo);
 }
 
 // The E8M0 exponent of an mxfp8 block with max magnitude amax: floor(log2 amax) - 8, clamped
@@ -127,3 +133,5 @@ __device__ __forceinline__ i64 example_of_row(const i64 *__restrict__ offsets, i
   }
   return lo;
 }
+
+#endif  // GEMC_PRELUDE_CUH

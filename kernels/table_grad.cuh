@@ -21,7 +21,7 @@ table_grad_count(int *__restrict__ count, const i64 *__restrict__ occ_ids, i64 n
 // block_totals[2 * block] = occurrences in the block, [2 * block + 1] = distinct ids in it.
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 table_grad_scan_blocks(int *__restrict__ seg_start, int *__restrict__ distinct_rank,
-                       long long *__restrict__ block_totals, const int *__restrict__ count,
+                       i64 *__restrict__ block_totals, const int *__restrict__ count,
                        i64 rows) {
   __shared__ int part_occ[SCAN_THREADS], part_distinct[SCAN_THREADS];
   i64 base = (i64)blockIdx.x * SCAN_TILE + (i64)threadIdx.x * SCAN_ITEMS;
@@ -62,12 +62,12 @@ table_grad_scan_blocks(int *__restrict__ seg_start, int *__restrict__ distinct_r
 
 // One thread: block totals to exclusive block offsets, in place; U to rows_header[0].
 extern "C" __global__ void __launch_bounds__(32)
-table_grad_scan_totals(long long *__restrict__ block_totals, i64 *__restrict__ rows_header,
+table_grad_scan_totals(i64 *__restrict__ block_totals, i64 *__restrict__ rows_header,
                        i64 nblocks) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  long long occ = 0, distinct = 0;
+  i64 occ = 0, distinct = 0;
   for (i64 b = 0; b < nblocks; b++) {
-    long long o = block_totals[2 * b], d = block_totals[2 * b + 1];
+    i64 o = block_totals[2 * b], d = block_totals[2 * b + 1];
     block_totals[2 * b] = occ;
     block_totals[2 * b + 1] = distinct;
     occ += o;
@@ -82,7 +82,7 @@ extern "C" __global__ void __launch_bounds__(256)
 table_grad_scan_add(int *__restrict__ seg_start, i64 *__restrict__ rows_tensor,
                     int *__restrict__ distinct_begin, int *__restrict__ distinct_count,
                     int *__restrict__ count, const int *__restrict__ distinct_rank,
-                    const long long *__restrict__ block_totals, i64 rows) {
+                    const i64 *__restrict__ block_totals, i64 rows) {
   i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows) return;
   int c = count[r];

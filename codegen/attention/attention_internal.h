@@ -1,6 +1,7 @@
 // attention_internal.h: what the attention emitters share (emit_attention.c for bf16, fp16
-// and fp32 nodes; emit_attention_quantized.c for fp8 and mxfp8 ones): the facts of one node,
-// the parts of each kernel's text, and the launch and tile-list builders.
+// and fp32 nodes; emit_attention_quantized.c for fp8 and mxfp8 ones), all defined in
+// attention_shared.c: the facts of one node, the parts of each kernel's text and signature
+// (through the KernelBuilder), and the tile lists.
 // defines: AttnNode, attn_* helpers, the workspace slots of attention launches
 #ifndef GEMC_ATTENTION_INTERNAL_H
 #define GEMC_ATTENTION_INTERNAL_H
@@ -9,6 +10,7 @@
 #include <stdint.h>
 
 #include "ir.h"
+#include "kernel_builder.h"
 #include "plan.h"
 #include "strbuf.h"
 
@@ -21,7 +23,7 @@ typedef struct AttnNode {
   int64_t q_fixed, kv_fixed; // rows per example when not jagged
   bool q_shared;             // PMA seeds
   double inv_norm;
-  const char *qt;            // element type of q: "attn_bf16", "attn_half" or "float"
+  const char *qt;            // element type of q: "bf16_t", "fp16_t" or "float"
   const char *kt;            // element type of k, v and dO
   bool simt;                 // fp32 or fp16 storage, or dh not a multiple of 16: SIMT kernels
   char name[96];             // C identifier stem for the kernels
@@ -37,33 +39,38 @@ enum {
   ATTN_WS_AMAX = 19,          // tensor t's finite amax, as the bits of a float
 };
 
-const char *attn_elem_type(DType t);  // "attn_bf16", "attn_half", "float" or NULL
+// --- the node ---------------------------------------------------------------------------
+const char *attn_elem_type(DType t);  // "bf16_t", "fp16_t", "float" or NULL
 // attn_node_shape fills *a for any storage types (false when the head dim is not supported or
 // a type has no attention element type); attn_node also wants v and dO in k's type.
 bool attn_node_shape(const Ir *ir, const Node *n, int dout, const char *stem, AttnNode *a);
 bool attn_node(const Ir *ir, const Node *n, int dout, const char *stem, AttnNode *a);
+// The stem of a backward node's kernels: dO's name without its ".grad".
+void attn_backward_stem(const Ir *ir, int dout, char *stem, size_t cap);
 const char *attn_act_enum(Act act);
-int attn_simt_smem(const AttnNode *a);
-// "// FILE:LINE:COL gdpa SHAPE ACT ... (what)" above a kernel.
-void attn_kernel_comment(StrBuf *src, const Ir *ir, const Node *n, const char *what);
-void attn_offsets_params(StrBuf *src, const AttnNode *a);
-void attn_float_literal(char *buf, size_t cap, double x);
-// "  const AttnRows rows = {...};" from the kernel's offsets parameters and the node.
-void attn_rows_value(StrBuf *src, const AttnNode *a);
-LaunchArg attn_tensor_arg(int t);
-void attn_offsets_args(const AttnNode *a, Launch *l);
-TileList attn_tile_list(const AttnNode *a, int node, int rows, bool kv_side);
-Launch attn_tile_launch(const Plan *p, int node, const char *kernel, int threads, int smem,
-                        int tiles, bool backward);
-SymSize attn_output_rows(const AttnNode *a, int64_t per_row);
 bool attn_same_inputs(const Node *x, const Node *y);
 bool attn_is_backward(OpKind op);
 // The backward nodes of n's attention (same four inputs): who[0] attention_bwd_q, who[1] _k,
 // who[2] _v, the first of each, or -1.
 void attn_siblings(const Ir *ir, const Node *n, int who[3]);
+// Rows of the output (and of dO) per batch, as a SymSize times `per_row`.
+SymSize attn_output_rows(const AttnNode *a, int64_t per_row);
 
-// fp8 and mxfp8 nodes (emit_attention_quantized.c); same contract as emit_attention.
-bool emit_attention_quantized(const Plan *p, const Ir *ir, int node, StrBuf *src, Launch *out,
-                              int *nout, TileList *tiles);
+// --- kernel text and signatures ---------------------------------------------------------
+// "// FILE:LINE:COL gdpa SHAPE ACT ... (what)" above a kernel.
+void attn_kernel_comment(Lower *L, const Node *n, const char *what);
+// The offsets parameters (q_offsets, kv_offsets: those of the jagged sides).
+void attn_offsets(KernelBuilder *kb, const AttnNode *a);
+// "  AttnRows rows = {};" and one assignment per field, from the offsets parameters and the
+// node's constants.
+void attn_rows_value(StrBuf *body, const AttnNode *a);
+// A tile list over query tiles of `rows` rows, or (kv_side) over key tiles, added to L.
+int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side);
+
+// --- the two emitters -------------------------------------------------------------------
+// bf16, fp16 and fp32 nodes (emit_attention.c) and fp8, mxfp8 ones
+// (emit_attention_quantized.c); the contract of emit_attention, which picks one.
+bool emit_attention_plain(Lower *L, int node);
+bool emit_attention_quantized(Lower *L, int node);
 
 #endif

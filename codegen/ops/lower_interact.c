@@ -121,7 +121,7 @@ static bool lower_interact_backward(Lower *L, int node) {
   ident(id, sizeof id, ir->tensors[n->out].name);
   snprintf(name, sizeof name, "%s_%s", op_name(n->op), id);
   if (n->prec == DT_MXFP8)
-    snprintf(what, sizeof what, "of input %d, mxfp8: the n-1 terms of each (example, column) are one block", self);
+    snprintf(what, sizeof what, "of input %d, mxfp8: the n-1 terms of an (example, column) are a block", self);
   else if (n->prec == DT_FP8)
     snprintf(what, sizeof what, "of input %d, fp8: quantized dy and inputs, each product and sum rounded", self);
   else

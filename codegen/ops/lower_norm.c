@@ -80,7 +80,8 @@ static bool lower_norm_forward(Lower *L, int node, int add_node) {
                   "  for (int j = lane; j < WIDTH; j += WARP_SIZE) { double v = %s(%s, row * WIDTH + j) - mean; sum_sq += v * v; }\n"
                   "  double inv_std = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + %s);\n"
                   "  for (int j = lane; j < WIDTH; j += WARP_SIZE)\n"
-                  "    %s(y, row * WIDTH + j, (float)(((double)%s(%s, row * WIDTH + j) - mean) * inv_std * %s(gain, j) + %s(bias, j)));\n",
+                  "    %s(y, row * WIDTH + j,\n"
+                  "        (float)(((double)%s(%s, row * WIDTH + j) - mean) * inv_std * %s(gain, j) + %s(bias, j)));\n",
               lx, xs, lx, xs, num(n->eps).s, st, lx, xs, lg, dtype_load(ir->tensors[n->ins[2]].dtype));
   }
   kb_end(&kb, b.data);
@@ -211,7 +212,9 @@ static bool lower_norm_bwd_gain(Lower *L, int node) {
   lower_comment(L, node, "column sums in fixed row chunks, then the chunks in order");
   GainInputs in = {n->ins[0], n->ins[1], stats};
   char term[512];
-  snprintf(term, sizeof term, "(double)%s(dy, r * WIDTH + col) * (%s(x, r * WIDTH + col) - stats[2 * r]) * stats[2 * r + 1]",
+  snprintf(term, sizeof term,
+           "(double)%s(dy, r * WIDTH + col) *\n"
+           "             (%s(x, r * WIDTH + col) - stats[2 * r]) * stats[2 * r + 1]",
            ldy, lx);
   lower_column_sum(L, node, name, n->out, rows, w, bind_gain, &in, term);
   return true;

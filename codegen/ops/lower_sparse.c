@@ -86,44 +86,6 @@ static bool lower_embed_pool_bwd(Lower *L, int node) {
   return true;
 }
 
-static void plain_launch(Lower *L, int node, const char *kernel, SymSize size, int64_t per_block,
-                         int threads) {
-  Launch *l = lower_new_launch(L, LAUNCH_KERNEL, node);
-  l->kernel = kernel;
-  l->grid = GRID_FIXED;
-  l->size = size;
-  l->per_block = per_block;
-  l->threads = threads;
-}
-
-static LaunchArg sarg(int slot) {
-  LaunchArg a;
-  memset(&a, 0, sizeof a);
-  a.kind = ARG_SCRATCH;
-  a.slot = slot;
-  a.tensor = a.jag = a.tiles = -1;
-  return a;
-}
-
-static LaunchArg targ(int t) {
-  LaunchArg a = sarg(-1);
-  a.kind = ARG_TENSOR;
-  a.tensor = t;
-  return a;
-}
-
-static LaunchArg sizearg(SymSize s) {
-  LaunchArg a = sarg(-1);
-  a.kind = ARG_SIZE;
-  a.size = s;
-  return a;
-}
-
-static void push(Lower *L, LaunchArg a) {
-  Launch *l = &L->launches[L->nlaunches - 1];
-  l->args[l->nargs++] = a;
-}
-
 static bool lower_table_grad(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -183,26 +145,54 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_end(&kb, b.data);
   sb_free(&b);
 
-  // 2..6: the integer passes.
+  // 2..6: the integer passes, hand-written kernels (kernels/table_grad.cuh) shared by every
+  // table; kb_end_existing checks each launch's arguments against the kernel's parameters.
+  LaunchArg count_arg = {.kind = ARG_SCRATCH, .tensor = -1, .slot = count, .jag = -1, .tiles = -1};
   Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
-  z->zero_arg = sarg(count);
+  z->zero_arg = count_arg;
   z->zero_bytes = sym_const(rows * 4);
-  plain_launch(L, node, "table_grad_count", occ, 256, 256);
-  push(L, sarg(count)); push(L, sarg(occ_ids)); push(L, sizearg(occ));
-  plain_launch(L, node, "table_grad_scan_blocks", sym_const(nblocks), 1, 1024);
-  push(L, sarg(seg_start)); push(L, sarg(rank)); push(L, sarg(totals)); push(L, sarg(count));
-  push(L, sizearg(sym_const(rows)));
-  plain_launch(L, node, "table_grad_scan_totals", sym_const(1), 1, 32);
-  push(L, sarg(totals)); push(L, targ(n->out)); push(L, sizearg(sym_const(nblocks)));
-  plain_launch(L, node, "table_grad_scan_add", sym_const(rows), 256, 256);
-  push(L, sarg(seg_start)); push(L, targ(n->out)); push(L, sarg(dbegin)); push(L, sarg(dcount));
-  push(L, sarg(count)); push(L, sarg(rank)); push(L, sarg(totals)); push(L, sizearg(sym_const(rows)));
-  plain_launch(L, node, "table_grad_scatter", occ, 256, 256);
-  push(L, sarg(perm)); push(L, sarg(count)); push(L, sarg(seg_start)); push(L, sarg(occ_ids));
-  push(L, sizearg(occ));
-  plain_launch(L, node, "table_grad_sort", sym_scale(occ, 32), 256, 256);
-  push(L, sarg(sorted)); push(L, sarg(perm)); push(L, sarg(dbegin)); push(L, sarg(dcount));
-  push(L, targ(n->out)); push(L, sizearg(occ));
+  kb_begin_existing(&kb, L, node, "table_grad_count", occ, 256, 256);
+  kb_scratch(&kb, "int", "count", count, true);
+  kb_scratch(&kb, "i64", "occ_ids", occ_ids, false);
+  kb_size(&kb, "n", occ);
+  kb_end_existing(&kb);
+  kb_begin_existing(&kb, L, node, "table_grad_scan_blocks", sym_const(nblocks), 1, 1024);
+  kb_scratch(&kb, "int", "seg_start", seg_start, true);
+  kb_scratch(&kb, "int", "distinct_rank", rank, true);
+  kb_scratch(&kb, "i64", "block_totals", totals, true);
+  kb_scratch(&kb, "int", "count", count, false);
+  kb_size(&kb, "rows", sym_const(rows));
+  kb_end_existing(&kb);
+  kb_begin_existing(&kb, L, node, "table_grad_scan_totals", sym_const(1), 1, 32);
+  kb_scratch(&kb, "i64", "block_totals", totals, true);
+  kb_tensor_typed(&kb, "i64", "rows_header", n->out, true);
+  kb_size(&kb, "nblocks", sym_const(nblocks));
+  kb_end_existing(&kb);
+  kb_begin_existing(&kb, L, node, "table_grad_scan_add", sym_const(rows), 256, 256);
+  kb_scratch(&kb, "int", "seg_start", seg_start, true);
+  kb_tensor_typed(&kb, "i64", "rows_tensor", n->out, true);
+  kb_scratch(&kb, "int", "distinct_begin", dbegin, true);
+  kb_scratch(&kb, "int", "distinct_count", dcount, true);
+  kb_scratch(&kb, "int", "count", count, true);
+  kb_scratch(&kb, "int", "distinct_rank", rank, false);
+  kb_scratch(&kb, "i64", "block_totals", totals, false);
+  kb_size(&kb, "rows", sym_const(rows));
+  kb_end_existing(&kb);
+  kb_begin_existing(&kb, L, node, "table_grad_scatter", occ, 256, 256);
+  kb_scratch(&kb, "int", "perm", perm, true);
+  kb_scratch(&kb, "int", "fill", count, true);
+  kb_scratch(&kb, "int", "seg_start", seg_start, false);
+  kb_scratch(&kb, "i64", "occ_ids", occ_ids, false);
+  kb_size(&kb, "n", occ);
+  kb_end_existing(&kb);
+  kb_begin_existing(&kb, L, node, "table_grad_sort", sym_scale(occ, 32), 256, 256);
+  kb_scratch(&kb, "int", "sorted", sorted, true);
+  kb_scratch(&kb, "int", "perm", perm, false);
+  kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
+  kb_scratch(&kb, "int", "distinct_count", dcount, false);
+  kb_tensor_typed(&kb, "i64", "rows_header", n->out, false);
+  kb_size(&kb, "max_distinct", occ);
+  kb_end_existing(&kb);
 
   // 7. one block per distinct id: sum in occurrence order, write the rows, apply the optimizer.
   Optim o = tt->optim;

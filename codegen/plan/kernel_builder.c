@@ -423,6 +423,62 @@ static void launch_on_tiles(Launch *l, int tiles, int smem) {
   l->smem = smem;
 }
 
+// The Launch of a kernel with a fixed grid, as kb_begin makes it, without the kernel's text.
+static void kb_setup(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize size,
+                     int64_t per_block, int threads) {
+  memset(kb, 0, sizeof *kb);
+  kb->L = L;
+  kb->launch = lower_new_launch(L, LAUNCH_KERNEL, node);
+  kb->launch->kernel = arena_strdup(L->p->arena, name);
+  kb->launch->grid = GRID_FIXED;
+  kb->launch->size = size;
+  kb->launch->per_block = per_block;
+  kb->launch->threads = threads;
+  kb->start = L->src.len;
+}
+
+// s without its whitespace, into *out.
+static void squeeze(StrBuf *out, const char *s, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (s[i] != ' ' && s[i] != '\n' && s[i] != '\t' && s[i] != '\r') sb_putn(out, s + i, 1);
+}
+
+void kb_begin_existing(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize size,
+                       int64_t per_block, int threads) {
+  kb_setup(kb, L, node, name, size, per_block, threads);
+}
+
+void kb_end_existing(KernelBuilder *kb) {
+  const char *src = kb->L->src.data ? kb->L->src.data : "";
+  const char *name = kb->launch->kernel;
+  size_t len = strlen(name);
+  const char *at = NULL;  // "\nNAME(" : where the kernel's parameter list starts
+  for (const char *p = strstr(src, name); p && !at; p = strstr(p + 1, name))
+    if (p > src && p[-1] == '\n' && p[len] == '(') at = p + len + 1;
+  const char *end = at ? strchr(at, ')') : NULL;
+  StrBuf want = {0}, have = {0};
+  if (end) squeeze(&want, at, (size_t)(end - at));
+  const char *params = kb->params.data ? kb->params.data : "";
+  squeeze(&have, params, strlen(params));
+  bool same = end && strcmp(want.data ? want.data : "", have.data ? have.data : "") == 0;
+  sb_free(&want);
+  sb_free(&have);
+  sb_free(&kb->params);
+  if (!same) {
+    char what[400];
+    snprintf(what, sizeof what, "the launch of %s does not match its parameters", name);
+    gemc_internal_error(__FILE__, __LINE__, what);
+  }
+}
+
+void kb_tensor_typed(KernelBuilder *kb, const char *ctype, const char *param, int t, bool out) {
+  char decl[256];
+  snprintf(decl, sizeof decl, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
+  LaunchArg a = arg_of(ARG_TENSOR);
+  a.tensor = t;
+  kb_param(kb, decl, a);
+}
+
 int lower_new_tiles(Lower *L, TileList t) {
   if (L->ntiles == L->cap_tiles) {
     L->cap_tiles = L->cap_tiles ? 2 * L->cap_tiles : 8;

@@ -132,6 +132,16 @@ void kb_workspace(KernelBuilder *kb, const char *ctype, const char *param, Launc
 // A LAUNCH_ZERO that zeroes `bytes` bytes of arg (tensor, scratch or workspace).
 Launch *lower_zero(Lower *L, int node, LaunchArg arg, SymSize bytes);
 
+// A launch of a hand-written kernel that L->src already holds (kernels/table_grad.cuh): like
+// kb_begin, without writing the kernel; then the kb_* calls declare its parameters as they add
+// the arguments, and kb_end_existing checks that those are the kernel's own parameters
+// (whitespace aside), stopping with an internal error if not.
+void kb_begin_existing(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize size,
+                       int64_t per_block, int threads);
+void kb_end_existing(KernelBuilder *kb);
+// Tensor t seen as `ctype` rather than its dtype's type (table_grad's rows tensor as i64).
+void kb_tensor_typed(KernelBuilder *kb, const char *ctype, const char *param, int t, bool out);
+
 // How far L's source, launches, tile lists, scratch and kernels reach; lower_rollback drops
 // what came after (a node an emitter refused half-way adds nothing).
 typedef struct LowerMark {

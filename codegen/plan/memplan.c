@@ -14,6 +14,7 @@
 
 #include "internal_error.h"
 #include "kernel_builder.h"
+#include "checked.h"
 
 int64_t symsize_eval(SymSize s, int64_t B, const int64_t *totals) {
   int64_t t = s.jag >= 0 && s.t != 0 ? totals[s.jag] : 0;
@@ -58,9 +59,8 @@ typedef struct Builder {
 static int add_buffer(Builder *b, const char *name, SymSize bytes, bool pers) {
   if (b->nbufs == b->cap) {
     b->cap = b->cap ? 2 * b->cap : 64;
-    b->bufs = realloc(b->bufs, (size_t)b->cap * sizeof *b->bufs);
-    b->busy = realloc(b->busy, (size_t)b->cap * sizeof *b->busy);
-    if (!b->bufs || !b->busy) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    b->bufs = xrealloc(b->bufs, (size_t)b->cap * sizeof *b->bufs);
+    b->busy = xrealloc(b->busy, (size_t)b->cap * sizeof *b->busy);
   }
   char tmp[32];
   if (!name) {
@@ -110,9 +110,10 @@ static void note_arg(const LaunchArg *a, int li, int *first_t, int *last_t, int 
 void memplan_build(Plan *p) {
   const Ir *ir = p->ir;
   int nt = ir->ntensors, ns = p->nscratch, nl = p->nlaunches;
-  int *first_t = malloc((size_t)(nt + 1) * sizeof *first_t), *last_t = malloc((size_t)(nt + 1) * sizeof *last_t);
-  int *first_s = malloc((size_t)(ns + 1) * sizeof *first_s), *last_s = malloc((size_t)(ns + 1) * sizeof *last_s);
-  if (!first_t || !last_t || !first_s || !last_s) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  int *first_t = xmalloc((size_t)(nt + 1) * sizeof *first_t);
+  int *last_t = xmalloc((size_t)(nt + 1) * sizeof *last_t);
+  int *first_s = xmalloc((size_t)(ns + 1) * sizeof *first_s);
+  int *last_s = xmalloc((size_t)(ns + 1) * sizeof *last_s);
   for (int i = 0; i < nt; i++) first_t[i] = last_t[i] = -1;
   for (int i = 0; i < ns; i++) first_s[i] = last_s[i] = -1;
   for (int li = 0; li < nl; li++) {

@@ -103,15 +103,24 @@ bool gdpa_case_emit(const GdpaCase *c, const char *prefix, Arena *arena, StrBuf 
   }
   Plan p = {.arena = arena, .ir = ir, .target = "sm_90a"};
   int nodes[4] = {fwd, bwd[0], bwd[1], bwd[2]};
-  for (int i = 0; i < 4; i++) {
-    int nout = 0;
-    TileList tl;
-    p.ntiles = e->ntiles;
-    if (!emit_attention(&p, ir, nodes[i], src, e->launches + e->nlaunches, &nout, &tl))
-      return false;
-    if (tl.node >= 0) e->tiles[e->ntiles++] = tl;
-    e->nlaunches += nout;
-    if (i == 0) e->nforward = e->nlaunches;
+  Lower L;
+  lower_standalone_begin(&L, ir, &p, src);
+  LowerMark start = lower_mark(&L);
+  bool emitted = true;
+  for (int i = 0; i < 4 && emitted; i++) {
+    emitted = emit_attention(&L, nodes[i]);
+    if (i == 0) e->nforward = L.nlaunches;
   }
-  return true;
+  if (emitted && (L.nlaunches > GDPA_MAX_LAUNCHES || L.ntiles > 8)) emitted = false;
+  if (!emitted) lower_rollback(&L, start);
+  if (emitted) {
+    memcpy(e->launches, L.launches, (size_t)L.nlaunches * sizeof *L.launches);
+    e->nlaunches = L.nlaunches;
+    memcpy(e->tiles, L.tiles, (size_t)L.ntiles * sizeof *L.tiles);
+    e->ntiles = L.ntiles;
+  } else {
+    e->nforward = 0;
+  }
+  lower_standalone_end(&L, src);
+  return emitted;
 }

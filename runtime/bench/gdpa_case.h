@@ -1,5 +1,6 @@
 // gdpa_case.h: one attention case as a tiny IR (q, k, v, dO inputs, the attention node, its
-// three backward ops), emitted through emit_attention. Shared by `gemc bench gdpa`
+// three backward ops), emitted through emit_attention into a Lower of its own
+// (lower_standalone_begin, kernel_builder.h). Shared by `gemc bench gdpa`
 // (gdpa_bench.h), the GPU test tests/gpu/test_gdpa.c and the CPU-only codegen unit test.
 // defines: GdpaCase, GdpaEmitted, gdpa_case_emit, gdpa_case_name
 #ifndef GEMC_GDPA_CASE_H
@@ -28,7 +29,7 @@ typedef struct GdpaCase {
   int storage;         // 0: bf16 tensors; 32: fp32; 16: fp16 (PMA seeds are always fp32)
 } GdpaCase;
 
-enum { GDPA_MAX_LAUNCHES = 3 * PLAN_MAX_ATTENTION_LAUNCHES + PLAN_MAX_ATTENTION_LAUNCHES };
+enum { GDPA_MAX_LAUNCHES = 96 };
 
 typedef struct GdpaEmitted {
   Ir ir;
@@ -41,7 +42,8 @@ typedef struct GdpaEmitted {
 } GdpaEmitted;
 
 // Builds the IR of case c (tensor names prefixed by `prefix`) and emits its kernels into src.
-// Returns false when emit_attention refuses a node.
+// Returns false when emit_attention refuses a node (src is then as it was). The launches keep
+// their ARG_WORKSPACE arguments (gdpa_gpu.c allocates one buffer per (tensor, slot)).
 bool gdpa_case_emit(const GdpaCase *c, const char *prefix, Arena *arena, StrBuf *src,
                     GdpaEmitted *e);
 

@@ -48,6 +48,7 @@ static bool same_config(const GemmKernelConfig *a, const GemmKernelConfig *b) {
 }
 
 void gemm_kernel_source(const GemmKernelConfig *configs, int n, StrBuf *src) {
+  if (!src->data || !strstr(src->data, "GEMC_PRELUDE_CUH")) sb_puts(src, kernel_prelude_cuh);
   sb_puts(src, kernel_gemm_cuh);
   sb_puts(src, "\n");
   for (int i = 0; i < n; i++) {
@@ -61,7 +62,7 @@ void gemm_kernel_source(const GemmKernelConfig *configs, int n, StrBuf *src) {
     sb_printf(src, "GEMM_INSTANTIATE(%s, %d, %d, 2, %d, %s, %s, %s, %d, %s)\n", name, c->tile_m,
               c->tile_n, GEMM_KERNEL_STAGES, c->trans_a ? "true" : "false",
               c->trans_b ? "true" : "false", c->aligned ? "true" : "false", (int)c->act,
-              c->out == DT_F32 ? "float" : "gemm_bf16");
+              c->out == DT_F32 ? "float" : "bf16_t");
   }
 }
 

@@ -13,14 +13,16 @@ int mxfp8_block_exponent(float amax);
 }
 typedef long long i64;
 typedef unsigned short bf16_t;
-typedef unsigned short fp16_t;
+struct fp16_t {  // as in the prelude: a struct, so that it overloads apart from bf16_t
+  unsigned short bits;
+};
 enum { WARP_SIZE = 32, MX_BLOCK = 32 };
 inline float load_f32(const float *p, i64 i) { return p[i]; }
 inline float load_bf16(const bf16_t *p, i64 i) { return bf16_decode(p[i]); }
-inline float load_fp16(const fp16_t *p, i64 i) { return fp16_decode(p[i]); }
+inline float load_fp16(const fp16_t *p, i64 i) { return fp16_decode(p[i].bits); }
 inline void store_f32(float *p, i64 i, float x) { p[i] = x; }
 inline void store_bf16(bf16_t *p, i64 i, float x) { p[i] = bf16_encode(x); }
-inline void store_fp16(fp16_t *p, i64 i, float x) { p[i] = fp16_encode(x); }
+inline void store_fp16(fp16_t *p, i64 i, float x) { p[i].bits = fp16_encode(x); }
 inline int mx_block_exponent(float amax) { return mxfp8_block_exponent(amax); }
 inline double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 inline double act_silu(double x) { return x * act_sigmoid(x); }

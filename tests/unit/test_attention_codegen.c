@@ -12,11 +12,14 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <glob.h>
 
 #include "gdpa_case.h"
 #include "../gpu/gdpa_cases.h"
 #include "attention.h"
 #include "gpu_tiles.h"
+#include "load_model.h"
+#include "lower.h"
 
 // --- NVRTC, opened with dlopen ------------------------------------------------------------
 
@@ -173,6 +176,67 @@ static void test_attention_codegen_refuses_unsupported_head_dim(void **state) {
   free(e);
 }
 
+// --- the generated source's lines -------------------------------------------------------
+
+enum { MAX_GENERATED_LINE = 119 };  // every line of generated CUDA is under 120 characters
+
+// The longest line of src; *where gets its line number.
+static size_t longest_line(const char *src, int *where) {
+  size_t best = 0;
+  int line = 1;
+  *where = 0;
+  for (const char *p = src; *p; line++) {
+    const char *end = strchr(p, '\n');
+    size_t n = end ? (size_t)(end - p) : strlen(p);
+    if (n > best) best = n, *where = line;
+    if (!end) break;
+    p = end + 1;
+  }
+  return best;
+}
+
+static void lines_are_short(const char *name, const char *src) {
+  int where;
+  size_t n = longest_line(src, &where);
+  if (n > MAX_GENERATED_LINE) {
+    const char *p = src;
+    for (int i = 1; i < where; i++) p = strchr(p, '\n') + 1;
+    print_message("%s: line %d has %zu characters: %.*s\n", name, where, n, (int)n, p);
+  }
+  assert_true(n <= MAX_GENERATED_LINE);
+}
+
+// The whole generated source (prelude and pasted kernels/*.cuh included) of every model and
+// every codegen golden model, for both targets, and of the GDPA cases.
+static void test_generated_lines_are_short(void **state) {
+  (void)state;
+  const char *patterns[] = {"models/*.gem", "tests/golden/codegen_*.gem"};
+  int models = 0;
+  for (size_t i = 0; i < sizeof patterns / sizeof *patterns; i++) {
+    glob_t g;
+    if (glob(patterns[i], 0, NULL, &g) != 0) continue;
+    for (size_t j = 0; j < g.gl_pathc; j++) {
+      const char *targets[] = {"sm_90a", "sm_100a"};
+      for (int t = 0; t < 2; t++) {
+        LoadedModel m;
+        assert_true(load_model(&m, g.gl_pathv[j], NULL, true, true, false));
+        Diag d;
+        diag_init(&d, &m.src, stderr);
+        Plan p;
+        assert_true(plan_build(&m.ir, targets[t], &m.arena, &d, &p));
+        lines_are_short(g.gl_pathv[j], p.source);
+        loaded_model_free(&m);
+        models++;
+      }
+    }
+    globfree(&g);
+  }
+  assert_true(models >= 2 * 6);
+  char *src = all_cases_source();
+  lines_are_short("the GDPA cases", src);
+  free(src);
+}
+
 // --- tile lists ---------------------------------------------------------------------------
 
 static void test_gpu_tiles_only_valid_tiles(void **state) {
@@ -234,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_attention_codegen_self_softmax_launches),
       cmocka_unit_test(test_attention_codegen_pma_sums_dq_over_examples),
       cmocka_unit_test(test_attention_codegen_refuses_unsupported_head_dim),
+      cmocka_unit_test(test_generated_lines_are_short),
       cmocka_unit_test(test_gpu_tiles_only_valid_tiles),
       cmocka_unit_test(test_gpu_tiles_sorted_by_work_then_zigzag),
       cmocka_unit_test(test_gpu_tiles_fixed_rows_for_pma),
