@@ -8,6 +8,7 @@
 
 #include "diag.h"            // defines: SourceFile, source_read
 #include "internal_error.h"  // defines: gemc_internal_error
+#include "checked.h"
 
 enum { SOURCE_MAX_BYTES = 64 * 1024 * 1024 };
 
@@ -27,8 +28,7 @@ bool source_read(SourceFile *f, const char *path) {
   for (;;) {
     if (cap - size < 2) {
       size_t next = cap ? 2 * cap : 64 * 1024;
-      char *bigger = realloc(text, next);
-      if (!bigger) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+      char *bigger = xrealloc(text, next);
       text = bigger;
       cap = next;
     }

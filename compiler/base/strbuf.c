@@ -7,14 +7,13 @@
 #include <string.h>
 
 #include "internal_error.h"
+#include "checked.h"
 
 static void sb_reserve(StrBuf *s, size_t extra) {
   if (s->len + extra + 1 <= s->cap) return;
   size_t cap = s->cap ? s->cap : 256;
   while (cap < s->len + extra + 1) cap *= 2;
-  char *p = realloc(s->data, cap);
-  if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
-  s->data = p;
+  s->data = xrealloc(s->data, cap);
   s->cap = cap;
 }
 
@@ -43,8 +42,7 @@ void sb_printf(StrBuf *s, const char *fmt, ...) {
 char *sb_take(StrBuf *s) {
   char *p = s->data;
   if (!p) {
-    p = malloc(1);
-    if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    p = xmalloc(1);
     p[0] = '\0';
   }
   s->data = NULL;

@@ -9,6 +9,7 @@
 
 #include "internal_error.h"
 #include "passes.h"
+#include "checked.h"
 
 static const char *const stage_names[] = {
 #define X(name, text, doc) text,
@@ -166,8 +167,7 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
 bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
   memset(o, 0, sizeof *o);
   o->emit = STAGE_IR;
-  o->files = calloc((size_t)(argc > 0 ? argc : 1), sizeof *o->files);
-  if (!o->files) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  o->files = xcalloc((size_t)(argc > 0 ? argc : 1), sizeof *o->files);
 
   bool has_command = false, only_files = false;
   const char *emit = NULL;

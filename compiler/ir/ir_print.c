@@ -9,6 +9,7 @@
 
 #include "internal_error.h"
 #include "ir.h"
+#include "checked.h"
 
 // Trailing `; path:line:col` comments start at this column (counting from 0), or two spaces
 // after a longer line.
@@ -25,8 +26,7 @@ static void line_reserve(Line *l, size_t more) {
   if (l->len + more + 1 <= l->cap) return;
   size_t cap = l->cap ? l->cap : 256;
   while (cap < l->len + more + 1) cap *= 2;
-  char *text = realloc(l->text, cap);
-  if (!text) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  char *text = xrealloc(l->text, cap);
   l->text = text;
   l->cap = cap;
 }

@@ -11,13 +11,8 @@
 #include <string.h>
 
 #include "autodiff_internal.h"
+#include "checked.h"
 #include "internal_error.h"
-
-static void *scratch(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
-  return p;
-}
 
 static bool is_weight(const Tensor *t) {
   return t->kind == TENSOR_PARAM || t->kind == TENSOR_TABLE;
@@ -75,8 +70,8 @@ static void analyse(Ad *a) {
     a->first[t] = slots;
     slots += a->ncontrib[t];
   }
-  a->contrib = scratch((size_t)slots, sizeof *a->contrib);
-  a->contrib_ids = scratch((size_t)slots, sizeof *a->contrib_ids);
+  a->contrib = xcalloc((size_t)slots, sizeof *a->contrib);
+  a->contrib_ids = xcalloc((size_t)slots, sizeof *a->contrib_ids);
   for (int s = 0; s < slots; s++) a->contrib[s] = a->contrib_ids[s] = -1;
 }
 
@@ -253,13 +248,13 @@ bool autodiff(Ir *ir, Diag *d) {
   }
   size_t nt = (size_t)ir->ntensors;
   Ad a = {.ir = ir, .d = d, .nforward = ir->nnodes, .ntensors = ir->ntensors};
-  a.needs = scratch(nt, sizeof *a.needs);
-  a.flows = scratch(nt, sizeof *a.flows);
-  a.coef = scratch(nt, sizeof *a.coef);
-  a.ncontrib = scratch(nt, sizeof *a.ncontrib);
-  a.first = scratch(nt, sizeof *a.first);
-  a.use_slot = scratch((size_t)a.nforward * IR_MAX_INPUTS, sizeof *a.use_slot);
-  a.grad = scratch(nt, sizeof *a.grad);
+  a.needs = xcalloc(nt, sizeof *a.needs);
+  a.flows = xcalloc(nt, sizeof *a.flows);
+  a.coef = xcalloc(nt, sizeof *a.coef);
+  a.ncontrib = xcalloc(nt, sizeof *a.ncontrib);
+  a.first = xcalloc(nt, sizeof *a.first);
+  a.use_slot = xcalloc((size_t)a.nforward * IR_MAX_INPUTS, sizeof *a.use_slot);
+  a.grad = xcalloc(nt, sizeof *a.grad);
   for (size_t t = 0; t < nt; t++) a.grad[t] = -1;
   analyse(&a);
   if (!check_limits(&a)) {

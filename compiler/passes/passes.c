@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "internal_error.h"
 #include "passes.h"
 
@@ -19,12 +20,6 @@ static bool pass_lower(Ir *ir, Diag *d) {
 
 // --- dce --------------------------------------------------------------------------------
 
-static void *scratch(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
-  return p;
-}
-
 // Walks the nodes backwards from the loss and the recorded gradients (an IR that went through
 // autodiff), marking what they read; then drops every node whose output is unmarked and
 // every unmarked value, parameter and table. Inputs, labels and jagged dims stay: they are
@@ -33,8 +28,8 @@ static void *scratch(size_t n, size_t size) {
 static bool pass_dce(Ir *ir, Diag *d) {
   (void)d;
   if (ir->loss < 0) return true;
-  bool *live = scratch((size_t)ir->ntensors, sizeof *live);
-  int *new_index = scratch((size_t)ir->ntensors, sizeof *new_index);
+  bool *live = xcalloc((size_t)ir->ntensors, sizeof *live);
+  int *new_index = xcalloc((size_t)ir->ntensors, sizeof *new_index);
   live[ir->loss] = true;
   for (int g = 0; g < ir->ngrads; g++) live[ir->grads[g].param] = live[ir->grads[g].grad] = true;
   for (int i = ir->nnodes - 1; i >= 0; i--) {

@@ -108,12 +108,10 @@ void batch_reserve(Batch *b, int f, int64_t n) {
   int64_t cap = b->capacity[f] * 2;
   if (cap < n) cap = n;
   if (b->ids[f]) {
-    int64_t *p = realloc(b->ids[f], (size_t)cap * sizeof *p);
-    if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    int64_t *p = xrealloc(b->ids[f], (size_t)cap * sizeof *p);
     b->ids[f] = p;
   } else {
-    float *p = realloc(b->values[f], (size_t)cap * sizeof *p);
-    if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    float *p = xrealloc(b->values[f], (size_t)cap * sizeof *p);
     b->values[f] = p;
   }
   b->capacity[f] = cap;

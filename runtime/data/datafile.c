@@ -45,8 +45,7 @@ static unsigned char *bytes_extend(Bytes *b, size_t n) {
   if (b->len + n > b->cap) {
     size_t cap = b->cap ? b->cap * 2 : 4096;
     while (cap < b->len + n) cap *= 2;
-    unsigned char *p = realloc(b->p, cap);
-    if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    unsigned char *p = xrealloc(b->p, cap);
     b->p = p;
     b->cap = cap;
   }

@@ -154,8 +154,7 @@ bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int
     return fail(err, err_size, "cannot create a temporary file in %s: %s", dir,
                 strerror(errno));
 
-  Writer *w = calloc(1, sizeof *w);
-  if (!w) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  Writer *w = xcalloc(1, sizeof *w);
   w->fd = fd;
   w->hash = FNV1A64_INIT;
 
@@ -265,8 +264,7 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
                 "%llu", x->path, (unsigned long long)actual, (unsigned long long)declared);
 
   // The checksum, over the whole file in one pass.
-  unsigned char *chunk = malloc(1 << 20);
-  if (!chunk) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  unsigned char *chunk = xmalloc(1 << 20);
   rewind(x->f);
   uint64_t hash = FNV1A64_INIT, left = actual - TRAILER_SIZE;
   bool ok = true;
@@ -296,11 +294,9 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
   if (fseek(x->f, HEADER_SIZE, SEEK_SET) != 0 || !read_exact(x, x->model, name_len, err, err_size))
     return false;
   x->model[name_len] = '\0';
-  x->names = calloc(n ? n : 1, sizeof *x->names);
-  x->sizes = calloc(n ? n : 1, sizeof *x->sizes);
-  x->offsets = calloc(n ? n : 1, sizeof *x->offsets);
-  if (!x->names || !x->sizes || !x->offsets)
-    gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  x->names = xcalloc(n, sizeof *x->names);
+  x->sizes = xcalloc(n, sizeof *x->sizes);
+  x->offsets = xcalloc(n, sizeof *x->offsets);
   for (uint32_t i = 0; i < n; i++) {
     unsigned char word[8];
     if (end - pos < 4) return fail(err, err_size, "checkpoint %s is corrupt: entry %u runs "
@@ -312,8 +308,7 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
     if (len == 0 || len > MAX_ENTRY_NAME || end - pos < (uint64_t)len + 8)
       return fail(err, err_size, "checkpoint %s is corrupt: entry %u has a bad name", x->path,
                   i);
-    x->names[i] = malloc(len + 1);
-    if (!x->names[i]) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    x->names[i] = xmalloc(len + 1);
     x->n = (int)i + 1;
     if (!read_exact(x, x->names[i], len, err, err_size) || !read_exact(x, word, 8, err, err_size))
       return false;
@@ -390,9 +385,8 @@ bool checkpoint_info(const char *dir, CkptInfo *info, char *err, size_t err_size
   info->model_key = x.model_key;
   info->step = x.step;
   info->nentries = x.n;
-  info->names = calloc((size_t)(x.n ? x.n : 1), sizeof *info->names);
-  info->sizes = calloc((size_t)(x.n ? x.n : 1), sizeof *info->sizes);
-  if (!info->names || !info->sizes) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  info->names = xcalloc((size_t)x.n, sizeof *info->names);
+  info->sizes = xcalloc((size_t)x.n, sizeof *info->sizes);
   for (int i = 0; i < x.n; i++) {
     info->names[i] = x.names[i];
     x.names[i] = NULL;

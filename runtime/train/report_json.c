@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "internal_error.h"
+#include "checked.h"
 
 // --- the writer -------------------------------------------------------------------------
 
@@ -245,8 +246,7 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
 bool report_write_json(const char *path, const Trainer *t, const LoopResult *r,
                        const ReportRun *run, char *err, size_t err_size) {
   size_t len = strlen(path) + 16;
-  char *temp = malloc(len);
-  if (!temp) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  char *temp = xmalloc(len);
   snprintf(temp, len, "%s.tmp", path);
   FILE *f = fopen(temp, "w");
   if (!f) {

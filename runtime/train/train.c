@@ -350,8 +350,7 @@ static const float *task_labels(const Trainer *t, int task) {
 static void push_loss(Trainer *t, double loss) {
   if (t->step >= t->cap_losses) {
     t->cap_losses = t->cap_losses ? 2 * t->cap_losses : 256;
-    double *p = realloc(t->losses, (size_t)t->cap_losses * sizeof *p);
-    if (!p) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    double *p = xrealloc(t->losses, (size_t)t->cap_losses * sizeof *p);
     t->losses = p;
   }
   t->losses[t->step] = loss;
@@ -503,15 +502,13 @@ typedef struct Entries {
 static void add_entry(Entries *s, const char *kind, const char *name, void *data, size_t size) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
-    s->e = realloc(s->e, (size_t)s->cap * sizeof *s->e);
-    if (!s->e) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    s->e = xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
   }
   size_t len = strlen(kind) + 1 + strlen(name) + 1;
   if (s->names_used + len > s->names_cap) {
     // Grow, and point the names of the earlier entries into the new buffer.
     size_t cap = s->names_cap * 2 + len + 4096;
-    char *fresh = malloc(cap);
-    if (!fresh) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    char *fresh = xmalloc(cap);
     if (s->names_used) memcpy(fresh, s->names, s->names_used);
     for (int i = 0; i < s->n; i++) s->e[i].name = fresh + (s->e[i].name - s->names);
     free(s->names);
@@ -677,8 +674,7 @@ void trainer_reset_train_metrics(Trainer *t, bool window) {
 void trainer_add_curve_point(Trainer *t, const CurvePoint *p) {
   if (t->ncurve == t->cap_curve) {
     t->cap_curve = t->cap_curve ? 2 * t->cap_curve : 32;
-    t->curve = realloc(t->curve, (size_t)t->cap_curve * sizeof *t->curve);
-    if (!t->curve) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    t->curve = xrealloc(t->curve, (size_t)t->cap_curve * sizeof *t->curve);
   }
   t->curve[t->ncurve++] = *p;
 }

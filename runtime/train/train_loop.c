@@ -11,6 +11,7 @@
 #include "internal_error.h"
 #include "progress.h"
 #include "train.h"
+#include "checked.h"
 
 static double wall_seconds(void) {
   struct timespec ts;
@@ -125,8 +126,7 @@ bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size
       run_seconds > 0 ? (double)(o->steps * trainer_batch(t)) / run_seconds : NAN;
   r->train_steps_measured = tail;
   r->train_loss = tail > 0 ? tail_loss / (double)tail : NAN;
-  r->train = calloc((size_t)ntasks, sizeof *r->train);
-  if (!r->train) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+  r->train = xcalloc((size_t)ntasks, sizeof *r->train);
   for (int k = 0; k < ntasks; k++) task_metrics_from(trainer_train_metrics(t, false, k), &r->train[k]);
   return true;
 }
