@@ -9,10 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "arena.h"         // defines: Arena
-#include "ast.h"           // defines: Model, Stmt, Expr, Arg
-#include "diag.h"          // defines: Diag, Loc, SourceFile
-#include "parser.tab.h"    // defines: YYSTYPE, the token kinds, ExprVal, ArgList
+#include "arena.h"       // defines: Arena
+#include "ast.h"         // defines: Model, Stmt, Expr, Arg
+#include "diag.h"        // defines: Diag, Loc, SourceFile
+#include "parser.tab.h"  // defines: YYSTYPE, the token kinds, ExprVal, ArgList
 
 enum {
   PARSE_MAX_NESTING = 256,      // open '(' '[' and pending unary '-' at once
@@ -61,7 +61,7 @@ struct ParseState {
   bool swallowed;
 };
 
-// --- the scanner side (compiler/parse.c) ---------------------------------------------------
+// --- the scanner side (grammar/parse.c) ---------------------------------------------------
 
 // Prepares `ps` to scan `f`; parse_state_close releases what it holds (not the arena).
 void parse_state_open(ParseState *ps, const SourceFile *f, Arena *arena, Diag *d);
@@ -75,7 +75,7 @@ void parse_snippet(char *out, size_t cap, const char *text, size_t len);
 // A loc covering `first` through `last`.
 Loc loc_span(Loc first, Loc last);
 
-// --- the tree builders (compiler/parse.c), called from the grammar's actions ----------------
+// --- the tree builders (grammar/parse.c), called from the grammar's actions ----------------
 
 ExprVal expr_name(ParseState *ps, const char *name, Loc loc);
 ExprVal expr_int(ParseState *ps, int64_t value, Loc loc);

@@ -1,8 +1,9 @@
 // attention.cuh: device building blocks of gemc's jagged GDPA kernels (docs/attention.md).
 // Warp-level tensor-core pieces (ldmatrix, mma.sync m16n8k16 bf16 -> fp32, cp.async), the
 // activations with their derivatives, and jagged row indexing. The kernels themselves are in
-// attention_forward.cuh and attention_backward.cuh; codegen/emit_attention.c pastes all three
-// into a model's source and writes one small extern "C" wrapper per attention node.
+// attention_forward.cuh and attention_backward.cuh; codegen/attention/attention_shared.c pastes
+// all three into a model's source, and the emitters write one small extern "C" wrapper per
+// attention kernel.
 // No standard headers: bf16 and fp16 are carried as raw 16-bit words, in the prelude's types
 // (kernels/prelude.cuh: i64, bf16_t, fp16_t), which every source pastes in before this file.
 // defines: attn_to_float, attn_store1, AttnRows, attn_act, attn_act_grad, the mma, ldmatrix and
@@ -10,7 +11,7 @@
 #ifndef GEMC_ATTENTION_CUH
 #define GEMC_ATTENTION_CUH
 
-// The activations, numbered as gemc's Act enum (compiler/ir.h).
+// The activations, numbered as gemc's Act enum (compiler/ir/ir.h).
 enum {
   ATTN_ACT_NONE = 0,
   ATTN_ACT_SOFTMAX = 1,
@@ -83,7 +84,7 @@ __device__ __forceinline__ void attn_store1(fp16_t *p, float x) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Activations (docs/autodiff.md): the functions of runtime/numerics.c in fp32, with fast exp
+// Activations (docs/autodiff.md): the functions of runtime/cpu/numerics.c in fp32, with fast exp
 // and reciprocal whose errors stay far below bf16's rounding of P. GELU keeps CUDA's erff: on
 // the H200 it measured faster than a branch-free Abramowitz-Stegun erf (scores are small, so
 // erff's short range is the path taken).

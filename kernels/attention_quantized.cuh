@@ -1,5 +1,5 @@
 // attention_quantized.cuh: GDPA at fp8 and mxfp8, computing exactly what the CPU executor
-// emulates (runtime/cpu_attention_real.h; the rules are docs/executor.md, "Quantized matmuls"):
+// emulates (runtime/cpu/cpu_attention_real.h; the rules are docs/executor.md, "Quantized matmuls"):
 //   - the tensor operands are quantized first, into fp32 copies that hold the dequantized
 //     values: Q, K, V and dO along each head's dh features (for S = Q·Kᵀ and dP = dO·Vᵀ), and
 //     V, K, Q and dO down each column of one example's rows (for O = P·V, dQ = dS·K,

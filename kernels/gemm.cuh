@@ -1,5 +1,5 @@
 // gemm.cuh: a bf16 tensor-core GEMM for sm_90a (and later), the generated alternative to the
-// cuBLASLt matmuls of codegen/lower_gemm.c (docs/perf.md, "Dense GEMMs"). Row-major
+// cuBLASLt matmuls of codegen/ops/lower_gemm.c (docs/perf.md, "Dense GEMMs"). Row-major
 //   C[m, n] = act(op(A)[m, k] · op(B)[k, n] + bias[n])
 // with A stored [m, k] (or [k, m] when TRANS_A), B stored [k, n] (or [n, k] when TRANS_B), so
 // the three products of a linear layer are all here: x·w (NN), dz·wᵀ (NT), xᵀ·dz (TN). bf16

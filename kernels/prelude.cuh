@@ -1,6 +1,6 @@
 // prelude.cuh: the helpers every generated kernel may use. gemc pastes this file (embedded in
 // the binary) at the top of each generated source, so NVRTC needs no include path and no
-// standard header. The numerics follow runtime/numerics.c exactly: bf16/fp16 round to nearest
+// standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, act_* , warp_sum, block_sum, e4m3_round
@@ -66,7 +66,7 @@ __device__ __forceinline__ int mx_block_exponent(float amax) {
   return e < -127 ? -127 : (e > 127 ? 127 : e);
 }
 
-// --- activations (runtime/numerics.c: act_forward, act_grad) ------------------------------
+// --- activations (runtime/cpu/numerics.c: act_forward, act_grad) ------------------------------
 
 __device__ __forceinline__ double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 __device__ __forceinline__ double act_silu(double x) { return x * act_sigmoid(x); }

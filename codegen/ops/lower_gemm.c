@@ -43,7 +43,7 @@ static LaunchArg scratch_arg(int s) {
 }
 
 // Quantizes operand t (rows x cols; the reduction runs along cols when k_contiguous, else down
-// the rows) at prec fp8 or mxfp8 exactly as the CPU executor does (runtime/numerics.c), into a
+// the rows) at prec fp8 or mxfp8 exactly as the CPU executor does (runtime/cpu/numerics.c), into a
 // new scratch holding the dequantized values in `type`; returns the scratch slot. mxfp8: one
 // thread per block of 32 along the reduction. fp8: an amax kernel (integer atomicMax on the
 // bits of |x|, so the order of the threads does not matter), then the quantize kernel.

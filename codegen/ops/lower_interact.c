@@ -6,7 +6,7 @@
 //                     thread per (example, feature), the n−1 terms added in order of j
 // At fp32, bf16 and fp16 the inputs are read as stored. At fp8 and mxfp8 the operands are
 // quantized exactly as the CPU executor quantizes them (docs/executor.md, "Quantized matmuls";
-// runtime/cpu_forward_real.h and cpu_backward_real.h) and every product and sum is rounded on
+// runtime/cpu/cpu_forward_real.h and cpu_backward_real.h) and every product and sum is rounded on
 // its own (__fmul_rn, __fadd_rn: never a fused multiply-add) in the CPU's order, so the GPU
 // computes the CPU executor's bits:
 //   fp8    forward: each input is one tensor with one scale; backward: dy and each x_j, j≠s,
@@ -155,7 +155,7 @@ static bool lower_interact_backward(Lower *L, int node) {
         sb_printf(&body, "  acc = __fadd_rn(acc, __fmul_rn(%s(dy, b * PAIRS + %d), %s(x%d, b * DIM + k)));\n",
                   load_dy, pair_column(self, other, nx), load[other], other);
   } else {
-    // mxfp8: gather the n-1 coefficients and values, one E8M0 block each (runtime/numerics.c
+    // mxfp8: gather the n-1 coefficients and values, one E8M0 block each (runtime/cpu/numerics.c
     // mx_block: scale 2^e, e = floor(log2 finite amax) - 8), then the terms in order.
     sb_printf(&body, "  enum { TERMS = %d };\n  float coef[TERMS], val[TERMS];\n", nx - 1);
     int m = 0;

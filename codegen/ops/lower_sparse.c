@@ -273,7 +273,7 @@ bool lower_sparse(Lower *L, int node) {
   }
 }
 
-// AdamW (runtime/optim.c, exactly: moments in double then stored fp32) or SGD, one thread per
+// AdamW (runtime/cpu/optim.c, exactly: moments in double then stored fp32) or SGD, one thread per
 // element, at the end of the step.
 bool lower_optimizer(Lower *L, int param) {
   const Ir *ir = L->ir;

@@ -397,7 +397,10 @@ void kb_end(KernelBuilder *kb, const char *body) {
   }
   L->kernels[L->nkernels++] = (EmittedKernel){h, key.data, l->kernel};
 
-  Loc loc = l->optimizer || l->node < 0 ? L->comment_loc : L->ir->nodes[l->node].loc;
+  // The position the comment above the kernel names (for a fused kernel, the op it is named
+  // after), else its node's.
+  Loc loc = L->comment_loc;
+  if (loc.first_line <= 0 && l->node >= 0) loc = L->ir->nodes[l->node].loc;
   sb_printf(&L->src, "%s) {\n", params);
   lower_line_directive(&L->src, L->ir, loc.first_line);
   sb_printf(&L->src, "%s}\n", body);

@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "internal_error.h"
 #include "kernel_builder.h"
-#include "checked.h"
 
 int64_t symsize_eval(SymSize s, int64_t B, const int64_t *totals) {
   int64_t t = s.jag >= 0 && s.t != 0 ? totals[s.jag] : 0;

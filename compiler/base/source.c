@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "diag.h"            // defines: SourceFile, source_read
 #include "internal_error.h"  // defines: gemc_internal_error
-#include "checked.h"
 
 enum { SOURCE_MAX_BYTES = 64 * 1024 * 1024 };
 

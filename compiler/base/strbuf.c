@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal_error.h"
 #include "checked.h"
+#include "internal_error.h"
 
 static void sb_reserve(StrBuf *s, size_t extra) {
   if (s->len + extra + 1 <= s->cap) return;

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "internal_error.h"
 #include "passes.h"
-#include "checked.h"
 
 static const char *const stage_names[] = {
 #define X(name, text, doc) text,

@@ -1,9 +1,9 @@
 // cmd_bench.c: `gemc bench gdpa [--act ACT] [--reps N] [--quick]`, the GDPA benchmark of the
-// generated attention kernels on the public shapes (runtime/gdpa_bench.h, docs/attention.md):
+// generated attention kernels on the public shapes (runtime/bench/gdpa_bench.h, docs/attention.md):
 // forward and backward TFLOP/s over the real jagged lengths, with Meta's Triton numbers beside
 // each cell; and `gemc bench gemm [--model FILE]... [--reps N] [--compile-only ARCH]`, cuBLASLt
-// against the generated bf16 GEMM (runtime/gemm_bench.h, docs/perf.md) on the GEMM launches of
-// the models' training plans (B the model's batch, every jagged total B * max / 2) and on
+// against the generated bf16 GEMM (runtime/bench/gemm_bench.h, docs/perf.md) on the GEMM
+// launches of the models' training plans (B the model's batch, every jagged total B * max / 2) and on
 // 4096^3 and 8192^3. Both need a GPU (gemm's --compile-only does not); without one they say why
 // and exit 1.
 #include <stdio.h>

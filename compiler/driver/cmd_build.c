@@ -1,6 +1,6 @@
 // cmd_build.c: `gemc build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb`, the AOT path. Compiles
 // the model with its backward graph, lowers it for each arch, compiles each arch's module to a
-// cubin with NVRTC (through the kernel cache), and writes one artifact (runtime/artifact.h)
+// cubin with NVRTC (through the kernel cache), and writes one artifact (runtime/gpu/artifact.h)
 // that `gemc train --artifact MODEL.gemb` trains from without NVRTC.
 #include <stdint.h>
 #include <stdio.h>
@@ -8,16 +8,16 @@
 #include <string.h>
 
 #include "artifact.h"        // defines: Artifact, artifact_write
-#include "version.h"         // defines: GEMC_VERSION
 #include "commands.h"        // defines: cmd_build
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "jit_cache.h"       // defines: jit_compile_units
 #include "load_model.h"      // defines: load_model
-#include "nvrtc_compile.h"   // defines: nvrtc_compile
 #include "lower.h"           // defines: plan_build
+#include "nvrtc_compile.h"   // defines: nvrtc_compile
 #include "plan.h"            // defines: plan_print
 #include "target.h"          // defines: target_find
 #include "train.h"           // defines: train_model_key
+#include "version.h"         // defines: GEMC_VERSION
 
 static const char build_usage[] =
     "usage: gemc build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb\n";
@@ -25,19 +25,6 @@ static const char build_usage[] =
 static int build_usage_error(const char *what, const char *arg) {
   fprintf(stderr, "gemc: error: %s%s%s\n%s", what, arg ? " " : "", arg ? arg : "", build_usage);
   return GEMC_EXIT_USAGE;
-}
-
-static bool nvrtc_unit(void *ctx, const char *source, const char *name, const char *arch,
-                       const char *const *options, int noptions, void **image, size_t *size,
-                       char *log, size_t log_size) {
-  (void)ctx;
-  (void)options;
-  (void)noptions;
-  char *out = NULL;
-  if (!nvrtc_compile(source, name, arch, NVRTC_CUBIN, &out, size, NULL, log, log_size))
-    return false;
-  *image = out;
-  return true;
 }
 
 // Splits "sm_90a,sm_100a" into at most ARTIFACT_MAX_ARCHS known targets.
@@ -130,7 +117,7 @@ int cmd_build(const CliOptions *o) {
     c->source = (char *)(uintptr_t)p.source;
     JitRequest r = {.arch = archs[i], .options = options, .noptions = 2,
                     .compiler_version = nvrtc_version(), .gemc_version = GEMC_VERSION,
-                    .cache_dir = cache ? dir : NULL, .compile = nvrtc_unit, .threads = 1};
+                    .cache_dir = cache ? dir : NULL, .compile = nvrtc_compile_unit, .threads = 1};
     units[i] = (JitUnit){.name = "module", .source = p.source};
     JitStats st;
     char jerr[8192];

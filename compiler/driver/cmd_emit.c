@@ -11,9 +11,9 @@
 #include "commands.h"        // defines: cmd_emit
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: load_model
+#include "lower.h"           // defines: plan_build
 #include "memplan.h"         // defines: memplan_stats
 #include "nvrtc_compile.h"   // defines: nvrtc_compile
-#include "lower.h"           // defines: plan_build
 #include "plan.h"            // defines: plan_print
 #include "target.h"          // defines: target_find
 

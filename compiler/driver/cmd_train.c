@@ -1,5 +1,5 @@
 // cmd_train.c: `gemc train FILE`. Parses the train options, compiles the model with its
-// backward graph, picks the backend, and runs the training loop (runtime/train_loop.c) with
+// backward graph, picks the backend, and runs the training loop (runtime/train/train_loop.c) with
 // its learning curve, checkpoints and JSON report. docs/train.md documents every option.
 #include <errno.h>
 #include <inttypes.h>

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "autodiff.h"  // defines: autodiff
 #include "ast.h"       // defines: Model
+#include "autodiff.h"  // defines: autodiff
 #include "parse.h"     // defines: parse_model
 #include "passes.h"    // defines: passes_run
 #include "sema.h"      // defines: sema_lower

@@ -8,14 +8,14 @@
 #include <string.h>
 #include <sys/types.h>
 
-#include "arena.h"          // defines: Arena, arena_free
-#include "ast.h"            // defines: Model, ast_print
-#include "cli.h"            // defines: CliOptions, cli_parse, cli_print_help
-#include "commands.h"       // defines: cmd_train, cmd_data
-#include "diag.h"           // defines: Diag, SourceFile, source_read
-#include "internal_error.h" // defines: GEMC_EXIT_*, GEMC_ASSERT
-#include "ir.h"             // defines: Ir, ir_init, ir_print
-#include "load_model.h"     // defines: front_end
+#include "arena.h"           // defines: Arena, arena_free
+#include "ast.h"             // defines: Model, ast_print
+#include "cli.h"             // defines: CliOptions, cli_parse, cli_print_help
+#include "commands.h"        // defines: cmd_train, cmd_data
+#include "diag.h"            // defines: Diag, SourceFile, source_read
+#include "internal_error.h"  // defines: GEMC_EXIT_*, GEMC_ASSERT
+#include "ir.h"              // defines: Ir, ir_init, ir_print
+#include "load_model.h"      // defines: front_end
 
 // --- one file through the front end -----------------------------------------------------
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "internal_error.h"
 #include "ir.h"
-#include "checked.h"
 
 // Trailing `; path:line:col` comments start at this column (counting from 0), or two spaces
 // after a longer line.

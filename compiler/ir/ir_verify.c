@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checked.h"
 #include "internal_error.h"
 #include "ir.h"
-#include "checked.h"
 
 typedef struct Check {
   const Ir *ir;

@@ -11,12 +11,12 @@
 
 #include "cublaslt.h"
 #include "cuda_driver.h"
-#include "gdpa_gpu.h"  // defines: gdpa_gpu_compile (NVRTC with the cubin cache)
+#include "gdpa_gpu.h"     // defines: gdpa_gpu_compile (NVRTC with the cubin cache)
 #include "gemm_kernel.h"
 
 enum { NUM_TILES = 2, TARGET_SAMPLE_MS = 1, MAX_INNER = 1000, FILL_BLOCKS = 4096 };
 static const int tile_shapes[NUM_TILES][2] = {{128, 128}, {128, 256}};
-static const double H200_PEAK_BF16_TFLOPS = 989.4;  // codegen/target.c, dense
+static const double H200_PEAK_BF16_TFLOPS = 989.4;  // codegen/plan/target.c, dense
 static const double AGREEMENT = 2e-2;               // beyond this the row is marked bad
 
 // Random operands on the device: hashed uniform values in [-1, 1].

@@ -3,7 +3,7 @@
 // instantiates a set of them, the launch geometry (tile grid, split-K, shared memory) and the
 // launch itself (the tile kernel, then split-K's reduction when there is one). Used by
 // `gemc bench gemm` (gemm_bench.h), tests/gpu/test_gemm.c and tests/unit/test_gemm_kernel.c;
-// the training plans still use cuBLASLt (codegen/lower_gemm.c).
+// the training plans still use cuBLASLt (codegen/ops/lower_gemm.c).
 // defines: GemmKernelConfig, GemmGeometry, gemm_kernel_*
 #ifndef GEMC_GEMM_KERNEL_H
 #define GEMC_GEMM_KERNEL_H

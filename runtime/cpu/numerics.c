@@ -11,23 +11,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "float_bits.h"
 #include "internal_error.h"
 
 // The subnormal paths round with one float addition, which needs float arithmetic evaluated
 // in float (SSE, NEON), not in x87 extended precision.
 _Static_assert(FLT_EVAL_METHOD == 0, "numerics.c needs FLT_EVAL_METHOD == 0");
-
-static uint32_t float_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-static float bits_float(uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof x);
-  return x;
-}
 
 // --- bf16 -------------------------------------------------------------------------------------
 

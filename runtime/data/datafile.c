@@ -15,6 +15,7 @@
 #include "checked.h"
 #include "crc32.h"
 #include "datafile.h"
+#include "float_bits.h"
 #include "internal_error.h"
 
 #define DATA_MAGIC "GEMCDATA"
@@ -70,18 +71,6 @@ static void put_name(Bytes *b, const char *s) {
   size_t n = strlen(s);
   put_uint(b, n, 2);
   memcpy(bytes_extend(b, n), s, n);
-}
-
-static uint32_t float_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  return u;
-}
-
-static float bits_float(uint32_t u) {
-  float x;
-  memcpy(&x, &u, sizeof x);
-  return x;
 }
 
 // --- the writer ---------------------------------------------------------------------------

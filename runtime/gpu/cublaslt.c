@@ -52,7 +52,7 @@ struct Gemm {
   CUdeviceptr workspace;
   size_t version;
   CachedAlgo cache[ALGO_CACHE];
-  // A fp32 bias is rounded to a 16-bit output's type first (runtime/gpu_helpers.cu): cuBLASLt's
+  // A fp32 bias is rounded to a 16-bit output's type first (runtime/gpu/gpu_helpers.cu): cuBLASLt's
   // bias epilogue takes the bias in the output's type.
   CUmodule helpers;
   CUfunction round_bf16, round_fp16;

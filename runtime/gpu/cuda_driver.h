@@ -100,7 +100,7 @@ bool cuda_driver_load(char *err, size_t err_size);
 // The loaded driver; NULL before a successful cuda_driver_load.
 const CudaDriver *cuda_driver(void);
 
-// "cuMemAlloc(&p, n) failed at runtime/gpu_exec.c:120: CUDA_ERROR_OUT_OF_MEMORY (out of
+// "cuMemAlloc(&p, n) failed at runtime/gpu/gpu_exec.c:120: CUDA_ERROR_OUT_OF_MEMORY (out of
 // memory)". Records the message (per thread) and returns false when r is not CU_SUCCESS.
 bool cuda_check(CUresult r, const char *call, const char *file, int line);
 #define CU_CHECK(call) cuda_check((call), #call, __FILE__, __LINE__)

@@ -1,4 +1,4 @@
-// gpu_exec.h: the GPU executor. It runs a codegen Plan (codegen/plan.h) on the device: it
+// gpu_exec.h: the GPU executor. It runs a codegen Plan (codegen/plan/plan.h) on the device: it
 // allocates the plan's buffers, loads the compiled kernels, uploads parameters (copied from a
 // CpuExec's initialized parameters, so both backends start from the same bits), and per step
 // uploads the batch, evaluates every SymSize and grid for it, and launches the plan in order.
@@ -8,7 +8,7 @@
 // waits on the copy's event, and the copy into a slot waits on the compute of the step that
 // last read it. Input tensors (ids, dense features, labels) and the jagged offsets are read by
 // the kernels straight from the staging slot of their batch, and so are the attention tile
-// lists (runtime/gpu_tiles.h builds them on the host per batch).
+// lists (runtime/gpu/gpu_tiles.h builds them on the host per batch).
 //
 // CUDA graphs: the forward and backward launches of a step are captured into a graph keyed by
 // the batch's shape (B, every T_j, every tile count) and the staging slot; a step with a shape

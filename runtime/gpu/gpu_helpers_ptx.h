@@ -1,5 +1,5 @@
-// gpu_helpers_ptx.h: the PTX of runtime/gpu_helpers.cu (the runtime's bias-rounding kernels),
-// generated with `nvcc -ptx -arch=compute_90 runtime/gpu_helpers.cu` (CUDA 13.0); the driver
+// gpu_helpers_ptx.h: the PTX of runtime/gpu/gpu_helpers.cu (the runtime's bias-rounding kernels),
+// generated with `nvcc -ptx -arch=compute_90 runtime/gpu/gpu_helpers.cu` (CUDA 13.0); the driver
 // compiles it for the GPU at load time (compute_90 PTX runs on sm_90 and later), so the
 // runtime needs no NVRTC for them. Regenerate it with tests/gpu/gen_helpers_ptx.sh.
 // defines: gpu_helpers_ptx

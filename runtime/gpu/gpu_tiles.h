@@ -1,4 +1,4 @@
-// gpu_tiles.h: builds an attention tile list (codegen/plan.h TileList) for one batch, on the
+// gpu_tiles.h: builds an attention tile list (codegen/plan/plan.h TileList) for one batch, on the
 // host, from the jagged offsets. Only valid tiles are made, never padding to the longest
 // sequence: one tile per (example, row tile, head) for every example with at least one row
 // (an example with rows but no keys still gets its tiles: its output rows are written as 0).

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal_error.h"
 #include "checked.h"
+#include "internal_error.h"
 
 // --- the writer -------------------------------------------------------------------------
 

@@ -11,14 +11,14 @@
 #include "arena.h"
 #include "artifact.h"
 #include "checked.h"
-#include "version.h"
 #include "cuda_driver.h"
 #include "diag.h"
 #include "gpu_exec.h"
 #include "jit_cache.h"
-#include "nvrtc_compile.h"
 #include "lower.h"
+#include "nvrtc_compile.h"
 #include "plan.h"
+#include "version.h"
 
 // Below this many kernels one module compile beats the split's repeated prelude.
 enum { SPLIT_MIN_KERNELS = 8 };
@@ -36,20 +36,6 @@ struct GpuSession {
   double cold, warm;
   char device[256];
 };
-
-// JitCompileFn over the codegen's NVRTC wrapper (its options are fixed: the key names them).
-static bool nvrtc_unit(void *ctx, const char *source, const char *name, const char *arch,
-                       const char *const *options, int noptions, void **image, size_t *size,
-                       char *log, size_t log_size) {
-  (void)ctx;
-  (void)options;
-  (void)noptions;
-  char *out = NULL;
-  if (!nvrtc_compile(source, name, arch, NVRTC_CUBIN, &out, size, NULL, log, log_size))
-    return false;
-  *image = out;
-  return true;
-}
 
 static char *plan_text(const Plan *p) {
   char *buf = NULL;
@@ -75,7 +61,7 @@ static bool jit_kernels(GpuSession *s, FILE *log, char *err, size_t err_size) {
   static const char *const options[] = {"nvrtc_compile defaults", "cubin"};
   JitRequest r = {.arch = s->ctx.arch, .options = options, .noptions = 2,
                   .compiler_version = nvrtc_version(), .gemc_version = GEMC_VERSION,
-                  .cache_dir = cache ? dir : NULL, .compile = nvrtc_unit};
+                  .cache_dir = cache ? dir : NULL, .compile = nvrtc_compile_unit};
   char **parts = NULL;
   int nparts = jit_split_source(s->plan.source, &parts);
   s->nkernels = nparts;

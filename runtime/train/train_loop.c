@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "checked.h"
 #include "internal_error.h"
 #include "progress.h"
 #include "train.h"
-#include "checked.h"
 
 static double wall_seconds(void) {
   struct timespec ts;

@@ -5,7 +5,7 @@
 // and every updated parameter and table row are compared with the CPU executor on the same
 // synthetic batch and initial parameters. Attention runs when its kernels need no tensor
 // cores (fp32 and fp16 storage: the SIMT kernels; fp8 and mxfp8: the quantized ones), with the
-// tile lists the runtime would build (runtime/gpu_tiles.c).
+// tile lists the runtime would build (runtime/gpu/gpu_tiles.c).
 //   plan_emu MODEL.gem [TOLERANCE]     exit 0 when every relative error is within TOLERANCE
 #include <math.h>
 #include <stdio.h>

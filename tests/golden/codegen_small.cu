@@ -4,7 +4,7 @@
 
 // prelude.cuh: the helpers every generated kernel may use. gemc pastes this file (embedded in
 // the binary) at the top of each generated source, so NVRTC needs no include path and no
-// standard header. The numerics follow runtime/numerics.c exactly: bf16/fp16 round to nearest
+// standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, act_* , warp_sum, block_sum, e4m3_round
@@ -70,7 +70,7 @@ __device__ __forceinline__ int mx_block_exponent(float amax) {
   return e < -127 ? -127 : (e > 127 ? 127 : e);
 }
 
-// --- activations (runtime/numerics.c: act_forward, act_grad) ------------------------------
+// --- activations (runtime/cpu/numerics.c: act_forward, act_grad) ------------------------------
 
 __device__ __forceinline__ double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 __device__ __forceinline__ double act_silu(double x) { return x * act_sigmoid(x); }
@@ -233,7 +233,7 @@ add_rmsnorm_n(bf16_t *__restrict__ y,
     const bf16_t *__restrict__ b,
     const float *__restrict__ gain,
     i64 rows) {
-#line 20 "codegen_small.gem"
+#line 21 "codegen_small.gem"
   enum { WIDTH = 16, ROWS_PER_BLOCK = 8 };
   i64 row = (i64)blockIdx.x * ROWS_PER_BLOCK + threadIdx.x / WARP_SIZE;
   int lane = threadIdx.x % WARP_SIZE;

@@ -1,6 +1,6 @@
 #!/bin/sh
 # check_overrides.sh BUILD: the optimizer overrides of `gemc train` (--lr, --table-lr) reach the
-# GPU, whose optimizer kernels have the hyper-parameters compiled in (runtime/train.c builds the
+# GPU, whose optimizer kernels have the hyper-parameters compiled in (runtime/train/train.c builds the
 # plan from the overridden IR). gem_tiny is trained 30 steps on each backend with the model's
 # values and with overrides; the GPU must follow the CPU in both (held-out loss within 1e-2, as
 # the two backends sum in different orders), and the overrides must change the result (so a

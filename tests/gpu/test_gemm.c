@@ -1,4 +1,4 @@
-// test_gemm.c: the generated bf16 GEMM (kernels/gemm.cuh, runtime/gemm_kernel.h) against a CPU
+// test_gemm.c: the generated bf16 GEMM (kernels/gemm.cuh, runtime/bench/gemm_kernel.h) against a CPU
 // fp64 reference, on a machine with a GPU (tests/gpu/run.sh; no cmocka there: each case prints
 // PASS or FAIL and the exit status counts the failures).
 //

@@ -76,19 +76,6 @@ static void random_batch(const Schema *s, int64_t B, int kind, Batch *b) {
 
 // --- compiling --------------------------------------------------------------------------
 
-static bool nvrtc_unit(void *ctx, const char *source, const char *name, const char *arch,
-                       const char *const *options, int noptions, void **image, size_t *size,
-                       char *log, size_t log_size) {
-  (void)ctx;
-  (void)options;
-  (void)noptions;
-  char *out = NULL;
-  if (!nvrtc_compile(source, name, arch, NVRTC_CUBIN, &out, size, NULL, log, log_size))
-    return false;
-  *image = out;
-  return true;
-}
-
 // Compiles the plan per kernel (in parallel, through the cache); the units own the images.
 static bool compile_plan(const Plan *p, JitUnit **units, int *nunits, char ***parts) {
   char reason[512], dir[4096];
@@ -100,7 +87,7 @@ static bool compile_plan(const Plan *p, JitUnit **units, int *nunits, char ***pa
   static const char *const options[] = {"nvrtc_compile defaults", "cubin"};
   JitRequest r = {.arch = p->target, .options = options, .noptions = 2,
                   .compiler_version = nvrtc_version(), .gemc_version = "test",
-                  .cache_dir = cache ? dir : NULL, .compile = nvrtc_unit};
+                  .cache_dir = cache ? dir : NULL, .compile = nvrtc_compile_unit};
   int n = jit_split_source(p->source, parts);
   *units = calloc((size_t)n + 1, sizeof **units);
   for (int i = 0; i < n; i++) (*units)[i] = (JitUnit){.name = "kernel", .source = (*parts)[i]};

@@ -1,5 +1,5 @@
 // test_gemm_kernel.c: the generated bf16 GEMM without a GPU (kernels/gemm.cuh,
-// runtime/gemm_kernel.h). Every tile shape x transpose combo, both load/store paths, every
+// runtime/bench/gemm_kernel.h). Every tile shape x transpose combo, both load/store paths, every
 // epilogue and both output types, compiles with NVRTC for sm_90a and sm_100a (skipped, saying
 // so, when libnvrtc cannot be loaded); configs, names, the alignment rule, the source and the
 // launch geometry (tiles, split-K) behave as documented.

@@ -1,5 +1,5 @@
 // test_gpu_optstate.c: the map between the GPU's optimizer state (Plan.optstate_buffer) and
-// the CPU's OptimState that checkpoints on the cuda backend rely on (runtime/gpu_optstate.h).
+// the CPU's OptimState that checkpoints on the cuda backend rely on (runtime/gpu/gpu_optstate.h).
 // For every model in models/, each trained parameter and table gets the OptimState the
 // trainer gives it, and every slot the plan keeps must land in a host array of its length;
 // every optimizer the CPU runs with state must have that state on the GPU too. Then the map
@@ -34,7 +34,7 @@ static void model_open(Model *x, const char *path) {
   if (!plan_build(&x->m.ir, "sm_90a", &x->m.arena, &d, &x->p)) fail_msg("no plan for %s", path);
 }
 
-// The state runtime/train.c gives tensor t (without command-line overrides).
+// The state runtime/train/train.c gives tensor t (without command-line overrides).
 static void state_of(const Ir *ir, int t, OptimState *s) {
   const Tensor *x = &ir->tensors[t];
   int64_t rows = x->fixed[0], dim = x->nfixed > 1 ? x->fixed[1] : 1;
