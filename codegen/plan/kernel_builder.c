@@ -270,9 +270,25 @@ void kb_begin(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize s
 
 static void kb_param(KernelBuilder *kb, const char *decl, LaunchArg a) {
   Launch *l = kb->launch;
-  if (l->nargs >= PLAN_MAX_ARGS)
-    gemc_internal_error(__FILE__, __LINE__, "a generated kernel has too many arguments");
+  int size = plan_arg_bytes(a.kind);
+  int bytes = (l->param_bytes + size - 1) / size * size + size;
+  if (bytes > PLAN_MAX_PARAM_BYTES || l->nargs >= PLAN_MAX_ARGS) {
+    // Unreachable from a model sema accepts; a diagnostic all the same, once per kernel.
+    if (l->param_bytes <= PLAN_MAX_PARAM_BYTES && l->node >= 0)
+      lower_fail(kb->L, l->node, "kernel %s needs more than the %d bytes of CUDA kernel "
+                 "parameter space", l->kernel ? l->kernel : "?", PLAN_MAX_PARAM_BYTES);
+    kb->L->ok = false;
+    l->param_bytes = PLAN_MAX_PARAM_BYTES + 1;
+    return;
+  }
+  if (l->nargs == l->cap_args) {
+    int cap = l->cap_args ? 2 * l->cap_args : 8;
+    l->args = arena_grow(kb->L->p->arena, l->args, (size_t)l->nargs, (size_t)cap,
+                         sizeof *l->args);
+    l->cap_args = cap;
+  }
   l->args[l->nargs++] = a;
+  l->param_bytes = bytes;
   sb_printf(&kb->params, "%s%s", kb->nparams ? ",\n    " : "", decl);
   kb->nparams++;
 }

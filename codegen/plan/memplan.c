@@ -8,23 +8,30 @@
 // buffer for the largest batch (every T_j at B·L_j).
 #include "memplan.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "checked.h"
+#include "checked_math.h"
 #include "internal_error.h"
 #include "kernel_builder.h"
 
+// c + b·B + t·T with checked arithmetic: INT64_MAX when a term overflows (sizes are never
+// negative), so that an absurd batch reads as "too large", never as a negative size.
+static int64_t sym_at(SymSize s, int64_t B, int64_t T) {
+  return sat_add(sat_add(s.c, sat_mul(s.b, B)), sat_mul(s.t, T));
+}
+
 int64_t symsize_eval(SymSize s, int64_t B, const int64_t *totals) {
-  int64_t t = s.jag >= 0 && s.t != 0 ? totals[s.jag] : 0;
-  return s.c + s.b * B + s.t * t;
+  return sym_at(s, B, s.jag >= 0 && s.t != 0 ? totals[s.jag] : 0);
 }
 
 int64_t plan_eval_max(const Plan *p, SymSize s) {
   const Ir *ir = p->ir;
-  int64_t t = s.jag >= 0 && s.jag < ir->njagged ? ir->batch * ir->jagged[s.jag].max_len : 0;
-  return s.c + s.b * ir->batch + s.t * t;
+  int64_t t = s.jag >= 0 && s.jag < ir->njagged ? sat_mul(ir->batch, ir->jagged[s.jag].max_len) : 0;
+  return sym_at(s, ir->batch, t);
 }
 
 SymSize plan_tensor_bytes(const Plan *p, int t) {
@@ -192,15 +199,27 @@ MemplanStats memplan_stats(const Plan *p) {
   MemplanStats s = {0, 0, 0};
   for (int i = 0; i < p->nbuffers; i++) {
     int64_t bytes = plan_eval_max(p, p->buffers[i].bytes);
-    s.planned_bytes += bytes;
-    if (p->buffers[i].persistent) s.persistent_bytes += bytes;
+    s.planned_bytes = sat_add(s.planned_bytes, bytes);
+    if (p->buffers[i].persistent) s.persistent_bytes = sat_add(s.persistent_bytes, bytes);
   }
   s.unshared_bytes = s.persistent_bytes;
   for (int t = 0; t < p->ir->ntensors; t++) {
     int bi = p->tensor_buffer[t];
-    if (bi >= 0 && !p->buffers[bi].persistent) s.unshared_bytes += plan_eval_max(p, plan_tensor_bytes(p, t));
+    if (bi >= 0 && !p->buffers[bi].persistent)
+      s.unshared_bytes = sat_add(s.unshared_bytes, plan_eval_max(p, plan_tensor_bytes(p, t)));
   }
   for (int i = 0; i < p->nscratch; i++)
-    if (p->scratch[i].buffer >= 0) s.unshared_bytes += plan_eval_max(p, p->scratch[i].bytes);
+    if (p->scratch[i].buffer >= 0)
+      s.unshared_bytes = sat_add(s.unshared_bytes, plan_eval_max(p, p->scratch[i].bytes));
   return s;
+}
+
+bool plan_check_fit(const Plan *p, const char *device, int64_t available, char *err,
+                    size_t err_size) {
+  int64_t need = memplan_stats(p).planned_bytes;
+  if (available < 0 || need <= available) return true;
+  return fail(err, err_size, "the model needs %s of GPU memory at batch %" PRId64 " (its "
+              "buffers at the largest batch: parameters, tables, gradients, optimizer state, "
+              "activations); %s has %s free", bytes_text(need).s, p->ir->batch, device,
+              bytes_text(available).s);
 }

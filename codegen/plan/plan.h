@@ -74,7 +74,13 @@ typedef enum GridKind {
   GRID_TILES,     // grid = number of tiles in tile list `tiles` (attention, zigzag order)
 } GridKind;
 
-enum { PLAN_MAX_ARGS = 24 };
+// A kernel's parameters must fit CUDA's classic 4 KB parameter space (every driver and target
+// takes it; CUDA 12.1 and later allow 32764 bytes on sm_70 and up, which gemc does not need).
+// Each parameter takes at least 4 bytes, so no launch has more than PLAN_MAX_ARGS arguments,
+// and a runtime may size its argument arrays by it. The kernels codegen builds stay far below
+// (table_grad, the widest, takes about 2 per lookup, and sema allows IR_MAX_TABLE_LOOKUPS);
+// kb_param reports a kernel past the limit as a diagnostic, never an internal error.
+enum { PLAN_MAX_PARAM_BYTES = 4096, PLAN_MAX_ARGS = PLAN_MAX_PARAM_BYTES / 4 };
 
 typedef struct Launch {
   LaunchKind kind;
@@ -90,8 +96,10 @@ typedef struct Launch {
   int threads;           // threads per block
   int smem;              // dynamic shared memory bytes
   int tiles;             // GRID_TILES: tile list index
-  LaunchArg args[PLAN_MAX_ARGS];
+  LaunchArg *args;       // [nargs], in Plan.arena; at most PLAN_MAX_ARGS
   int nargs;
+  int cap_args;          // room at args (kb_param grows it)
+  int param_bytes;       // bytes of CUDA parameter space the arguments take
   // LAUNCH_GEMM: C[m, n] = alpha · op(A)[m, k] · op(B)[k, n] + beta · C, row-major, with an
   // optional epilogue (bias add, activation). For fp8 inputs alpha carries the scales.
   LaunchArg gemm_a, gemm_b, gemm_c, gemm_bias;
@@ -152,6 +160,11 @@ typedef struct Plan {
                              // at [2t + s] (AdamW m, v; row-wise Adagrad's rowsum in slot 0);
                              // -1 when none
 } Plan;
+
+// The bytes one argument of kind k takes in a kernel's parameter space (4 for a float, 8 for a
+// pointer or an int64), and those all of l's arguments take, each aligned to its size.
+int plan_arg_bytes(ArgKind k);
+int launch_param_bytes(const Launch *l);
 
 void plan_print(FILE *out, const Plan *p);
 bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *out);

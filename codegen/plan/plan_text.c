@@ -22,6 +22,17 @@ static void print_arg(FILE *out, const LaunchArg *a) {
   print_sym(out, a->size);
 }
 
+int plan_arg_bytes(ArgKind k) { return k == ARG_FLOAT ? 4 : 8; }
+
+int launch_param_bytes(const Launch *l) {
+  int bytes = 0;
+  for (int a = 0; a < l->nargs; a++) {
+    int size = plan_arg_bytes(l->args[a].kind);
+    bytes = (bytes + size - 1) / size * size + size;
+  }
+  return bytes;
+}
+
 void plan_print(FILE *out, const Plan *p) {
   const Ir *ir = p->ir;
   fprintf(out, "plan %s target %s\n", ir->model ? ir->model : "?", p->target);
@@ -267,7 +278,11 @@ bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *o
         expect(&r, "tilelist"); l->tiles = (int)num(&r);
         expect(&r, "args"); l->nargs = (int)num(&r);
         if (l->nargs < 0 || l->nargs > PLAN_MAX_ARGS) { r.ok = false; break; }
+        l->args = arena_alloc(arena, (size_t)(l->nargs + 1) * sizeof *l->args);
+        l->cap_args = l->nargs;
         for (int a = 0; a < l->nargs; a++) l->args[a] = read_arg(&r, arena);
+        l->param_bytes = launch_param_bytes(l);
+        if (l->param_bytes > PLAN_MAX_PARAM_BYTES) { r.ok = false; break; }
       } else if (l->kind == LAUNCH_GEMM) {
         expect(&r, "m"); l->gemm_m = sym(&r);
         expect(&r, "n"); l->gemm_n = num(&r);

@@ -1,10 +1,13 @@
 // source.c: reading a .gem file into memory, whole and NUL-terminated.
 #include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "checked.h"
 #include "diag.h"            // defines: SourceFile, source_read
@@ -19,10 +22,34 @@ static bool read_failed(const char *path, const char *reason) {
 
 bool source_read(SourceFile *f, const char *path) {
   memset(f, 0, sizeof *f);
-  FILE *in = fopen(path, "rb");
-  if (!in) return read_failed(path, strerror(errno));
+  // O_NONBLOCK: a FIFO is refused below rather than waited on for ever.
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return read_failed(path, strerror(errno));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    int e = errno;
+    close(fd);
+    return read_failed(path, strerror(e));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    if (S_ISDIR(st.st_mode)) return read_failed(path, strerror(EISDIR));
+    return read_failed(path, S_ISFIFO(st.st_mode) ? "it is a FIFO, not a regular file"
+                                                  : "not a regular file");
+  }
+  if (st.st_size > SOURCE_MAX_BYTES) {
+    close(fd);
+    return read_failed(path, "the file is larger than 64 MiB");
+  }
+  int flags = fcntl(fd, F_GETFL);
+  if (flags >= 0) fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  FILE *in = fdopen(fd, "rb");
+  if (!in) {
+    close(fd);
+    return read_failed(path, strerror(errno));
+  }
 
-  // Read in growing chunks rather than trusting the file size: PATH may be a pipe.
+  // Read in growing chunks rather than trusting the size: the file may grow meanwhile.
   char *text = NULL;
   size_t size = 0, cap = 0;
   for (;;) {

@@ -3,6 +3,9 @@
 // command, and the words after it are files. Every mistake is a usage error (exit 2).
 #include "cli.h"
 
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,6 +112,119 @@ int cli_option_value(int argc, char **argv, int *i, const char *name, const char
   if (*i + 1 >= argc) return -1;
   *value = argv[++*i];
   return 1;
+}
+
+// --- numeric option values --------------------------------------------------------------
+
+enum { SHOWN_MAX = 40 };  // at most this much of a bad value is echoed
+
+// The value as the messages echo it: '' when empty, cut after SHOWN_MAX characters.
+static const char *shown(const char *value, char *buf, size_t size) {
+  if (!*value) return "''";
+  if (strlen(value) <= SHOWN_MAX) return value;
+  snprintf(buf, size, "%.*s...", (int)SHOWN_MAX, value);
+  return buf;
+}
+
+// A bound as people write it: 1e6, 1e-8, 0.999999, 1000 (%g without "+0" in exponents).
+static void format_real(double x, char *buf, size_t size) {
+  char raw[64];
+  snprintf(raw, sizeof raw, "%g", x);
+  size_t o = 0;
+  for (const char *p = raw; *p && o + 1 < size; p++) {
+    buf[o++] = *p;
+    if (*p != 'e') continue;
+    if (p[1] == '+') p++;
+    else if (p[1] == '-' && o + 1 < size) buf[o++] = *++p;
+    while (p[1] == '0' && p[2]) p++;
+  }
+  buf[o] = '\0';
+}
+
+const char *cli_count_range(int64_t min, int64_t max, char *buf, size_t size) {
+  snprintf(buf, size, "[%" PRId64 ", %" PRId64 "]", min, max);
+  return buf;
+}
+
+const char *cli_real_range(RealRange r, char *buf, size_t size) {
+  char lo[32], hi[32];
+  format_real(r.min, lo, sizeof lo);
+  format_real(r.max, hi, sizeof hi);
+  snprintf(buf, size, "%c%s, %s%c", r.min_open ? '(' : '[', lo, hi, r.max_open ? ')' : ']');
+  return buf;
+}
+
+// Digits only, at least one: what a count or a seed may be.
+static bool all_digits(const char *s) {
+  if (!*s) return false;
+  for (; *s; s++)
+    if (*s < '0' || *s > '9') return false;
+  return true;
+}
+
+bool cli_parse_count(const char *name, const char *value, int64_t min, int64_t max,
+                     int64_t *out, char *msg, size_t msg_size) {
+  GEMC_ASSERT(min >= 0 && min <= max);
+  if (all_digits(value)) {
+    errno = 0;
+    char *end;
+    long long v = strtoll(value, &end, 10);
+    if (errno == 0 && *end == '\0' && v >= min && v <= max) {
+      *out = v;
+      return true;
+    }
+  }
+  char range[64], buf[SHOWN_MAX + 8];
+  snprintf(msg, msg_size, "%s must be a whole number in %s, got %s", name,
+           cli_count_range(min, max, range, sizeof range), shown(value, buf, sizeof buf));
+  return false;
+}
+
+bool cli_parse_u64(const char *name, const char *value, uint64_t max, uint64_t *out,
+                   char *msg, size_t msg_size) {
+  if (all_digits(value)) {
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (errno == 0 && *end == '\0' && v <= max) {
+      *out = v;
+      return true;
+    }
+  }
+  char buf[SHOWN_MAX + 8];
+  snprintf(msg, msg_size, "%s must be a whole number in [0, %" PRIu64 "], got %s", name, max,
+           shown(value, buf, sizeof buf));
+  return false;
+}
+
+// Only the characters of a plain decimal number: strtod alone would take nan, inf, hex
+// floats and leading spaces.
+static bool decimal_chars(const char *s) {
+  bool digit = false;
+  for (; *s; s++) {
+    if (*s >= '0' && *s <= '9') digit = true;
+    else if (!strchr(".eE+-", *s)) return false;
+  }
+  return digit;
+}
+
+bool cli_parse_real(const char *name, const char *value, RealRange r, double *out, char *msg,
+                    size_t msg_size) {
+  if (decimal_chars(value)) {
+    errno = 0;
+    char *end;
+    double x = strtod(value, &end);
+    bool in = x > r.min || (!r.min_open && x == r.min);
+    in = in && (x < r.max || (!r.max_open && x == r.max));
+    if (errno == 0 && *end == '\0' && isfinite(x) && in) {
+      *out = x;
+      return true;
+    }
+  }
+  char range[80], buf[SHOWN_MAX + 8];
+  snprintf(msg, msg_size, "%s must be in %s, got %s", name, cli_real_range(r, range, sizeof range),
+           shown(value, buf, sizeof buf));
+  return false;
 }
 
 static bool parse_command(const char *word, Command *out) {

@@ -1,10 +1,13 @@
 // cli.h: the gemc command line: what the user asked for, parsed from argv, and the help text.
 // main.c runs what cli_parse returns; docs/cli.md documents every command and option.
-// defines: Command, Stage, CliOptions, cli_parse, cli_free, cli_print_help, cli_print_version
+// defines: Command, Stage, CliOptions, cli_parse, cli_free, cli_print_help, cli_print_version,
+//          RealRange, cli_parse_count, cli_parse_u64, cli_parse_real
 #ifndef GEMC_CLI_H
 #define GEMC_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "version.h"  // defines: GEMC_VERSION
@@ -64,5 +67,33 @@ int cli_option_value(int argc, char **argv, int *i, const char *name, const char
 bool cli_usage_error(FILE *err, const char *usage_text, const char *command, const char *fmt,
                      ...) __attribute__((format(printf, 4, 5)));
 void cli_print_version(FILE *out);
+
+// --- numeric option values ----------------------------------------------------------------
+// Every numeric option of every command has an explicit range (docs/cli.md lists them), and
+// a value outside it, or one that is not a plain number, gets one message that names the
+// option, the range and the value: "--steps must be a whole number in [0, 1000000000], got
+// 1e3", "--table-lr must be in (0, 1e6], got 1e30". Each parser returns true and sets *out,
+// or returns false with that message (no "gemc: error: " prefix) in msg.
+
+// A whole number in [min, max]: decimal digits only, so no sign, spaces, exponent, trailing
+// characters or overflow (min >= 0).
+bool cli_parse_count(const char *name, const char *value, int64_t min, int64_t max,
+                     int64_t *out, char *msg, size_t msg_size);
+// The same for an unsigned 64-bit value (seeds): in [0, max].
+bool cli_parse_u64(const char *name, const char *value, uint64_t max, uint64_t *out,
+                   char *msg, size_t msg_size);
+
+// The range of a real option: [min, max], either end open when its flag says so.
+typedef struct RealRange {
+  double min, max;
+  bool min_open, max_open;
+} RealRange;
+// A finite decimal number in the range: digits, '.', an exponent and a sign only, so no
+// nan, inf, hex, spaces, trailing characters, overflow or underflow.
+bool cli_parse_real(const char *name, const char *value, RealRange range, double *out,
+                    char *msg, size_t msg_size);
+// Writes the range as the messages say it, "[0, 1000000000]" or "(0, 1e6]", into buf.
+const char *cli_count_range(int64_t min, int64_t max, char *buf, size_t size);
+const char *cli_real_range(RealRange range, char *buf, size_t size);
 
 #endif

@@ -35,19 +35,20 @@ static void print_bench_help(void) {
          "                  d=128, bf16, N in {512, 1024, 2048}, s in {0.5, 1.0}, self and\n"
          "                  cross with KV=256; Meta's Triton numbers beside each cell\n"
          "  --act ACT       the activation of the main table (default gelu, as Triton's)\n"
-         "  --reps N        timed runs per cell (default 10)\n"
+         "  --reps N        timed runs per cell (default 10; 1 to 1000)\n"
          "  --quick         N=1024 only, and no extra sections\n"
          "  gemm            cuBLASLt against the generated bf16 GEMM (kernels/gemm.cuh, docs/perf.md)\n"
          "                  on every GEMM launch of the models' training plans, B = the model's batch\n"
          "                  and each jagged total T = B * max / 2, then 4096^3 and 8192^3\n"
          "  --model FILE    a model whose plan gives shapes (repeatable; default models/gem_small.gem\n"
          "                  and models/hstu.gem)\n"
-         "  --reps N        timed samples per shape and side, median (default 20)\n"
+         "  --reps N        timed samples per shape and side, median (default 20; 1 to 1000)\n"
          "  --compile-only ARCH   compile the GEMM kernels for ARCH and run nothing (no GPU needed)\n",
          bench_usage);
 }
 
-enum { MAX_BENCH_MODELS = 8, MAX_GEMM_SHAPES = 512 };
+// MAX_REPS: --reps's range is [1, MAX_REPS] (docs/cli.md), for both benchmarks.
+enum { MAX_BENCH_MODELS = 8, MAX_GEMM_SHAPES = 512, MAX_REPS = 1000 };
 
 static const char *const default_gemm_models[] = {"models/gem_small.gem", "models/hstu.gem"};
 static const int64_t square_sizes[] = {4096, 8192};
@@ -151,10 +152,14 @@ int cmd_bench(const CliOptions *o) {
       compile_only = value;
     } else if (strncmp(a, "--reps", 6) == 0 && (a[6] == '=' || a[6] == '\0')) {
       value = a[6] == '=' ? a + 7 : i + 1 < o->nrest ? o->rest[++i] : NULL;
-      char *end = NULL;
-      long reps = value ? strtol(value, &end, 10) : 0;
-      if (!value || *end != '\0' || reps < 1 || reps > 100000)
-        return bench_usage_error("--reps needs a count from 1 to 100000, not", value ? value : "nothing");
+      char msg[256];
+      int64_t reps;
+      if (!value) {
+        snprintf(msg, sizeof msg, "--reps needs a value: a whole number in [1, %d]", MAX_REPS);
+        return bench_usage_error(msg, NULL);
+      }
+      if (!cli_parse_count("--reps", value, 1, MAX_REPS, &reps, msg, sizeof msg))
+        return bench_usage_error(msg, NULL);
       b.reps = (int)reps;
       reps_given = true;
     } else if (a[0] == '-') {

@@ -9,6 +9,7 @@
 
 #include "artifact.h"        // defines: Artifact, artifact_write
 #include "commands.h"        // defines: cmd_build
+#include "file_io.h"         // defines: file_probe_output, file_refuse_same
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "jit_cache.h"       // defines: jit_compile_units
 #include "load_model.h"      // defines: load_model
@@ -77,6 +78,12 @@ int cmd_build(const CliOptions *o) {
     return build_usage_error("--arch needs a comma-separated list of distinct targets from "
                              "sm_90a, sm_100a; got", archs_arg);
   char err[1024];
+  // The output is checked before any compiling: its directory takes files, it is no input.
+  if (!file_probe_output(out, "artifact", err, sizeof err) ||
+      !file_refuse_same(out, file, err, sizeof err)) {
+    fprintf(stderr, "gemc: error: %s\n", err);
+    return GEMC_EXIT_USER_ERROR;
+  }
   if (!nvrtc_available(err, sizeof err)) {
     fprintf(stderr, "gemc: error: gemc build needs NVRTC: %s\n", err);
     return GEMC_EXIT_USER_ERROR;

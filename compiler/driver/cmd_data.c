@@ -9,6 +9,7 @@
 #include "batch.h"           // defines: Schema, schema_from_ir
 #include "commands.h"        // defines: cmd_data
 #include "datafile.h"        // defines: datafile_convert, datafile_open
+#include "file_io.h"         // defines: file_probe_output, file_refuse_same
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: LoadedModel, load_model
 
@@ -88,6 +89,14 @@ int cmd_data(const CliOptions *o) {
   }
   if (parsed == 0) return GEMC_EXIT_USAGE;
 
+  // The output is checked before any work: its directory takes files, and it is no input.
+  char perr[1024];
+  if (!file_probe_output(c.out, "data file", perr, sizeof perr) ||
+      !file_refuse_same(c.out, c.in, perr, sizeof perr) ||
+      !file_refuse_same(c.out, c.model, perr, sizeof perr)) {
+    fprintf(stderr, "gemc: error: %s\n", perr);
+    return GEMC_EXIT_USER_ERROR;
+  }
   LoadedModel m;
   int rc = GEMC_EXIT_USER_ERROR;
   if (load_model(&m, c.model, c.arch, false, c.quiet, c.werror)) {

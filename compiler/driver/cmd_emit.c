@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "commands.h"        // defines: cmd_emit
+#include "file_io.h"         // defines: file_write_atomic, file_make_dirs
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: load_model
 #include "lower.h"           // defines: plan_build
@@ -32,18 +33,17 @@ static int usage(const char *fmt, const char *arg) {
   return GEMC_EXIT_USAGE;
 }
 
-static bool write_file(const char *dir, const char *name, const char *data, size_t size) {
-  char path[4096];
+// DIR/NAME, whole or not at all (a temporary file, fsynced, renamed over it); never the model.
+static bool write_file(const char *dir, const char *name, const char *data, size_t size,
+                       const char *model) {
+  char path[4096], err[1024];
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f) {
-    fprintf(stderr, "gemc: error: cannot write %s: %s\n", path, strerror(errno));
+  if (!file_refuse_same(path, model, err, sizeof err) ||
+      !file_write_atomic(path, data, size, err, sizeof err)) {
+    fprintf(stderr, "gemc: error: %s\n", err);
     return false;
   }
-  bool ok = fwrite(data, 1, size, f) == size;
-  if (fclose(f) != 0) ok = false;
-  if (!ok) fprintf(stderr, "gemc: error: cannot write %s: %s\n", path, strerror(errno));
-  return ok;
+  return true;
 }
 
 int cmd_emit(const CliOptions *o) {
@@ -85,6 +85,15 @@ int cmd_emit(const CliOptions *o) {
   if (arch && !target_find(arch)) return usage("unknown --arch '%s'; expected one of: sm_90a, sm_100a", arch);
   if (cubin && !dir) return usage("%s", "--emit=cubin needs -o DIR (a cubin is binary)");
 
+  if (dir) {
+    // The output directory is created and probed before any compiling.
+    char err[1024];
+    if (!file_make_dirs(dir, "output directory", err, sizeof err) ||
+        !file_probe_dir(dir, "output directory", err, sizeof err)) {
+      fprintf(stderr, "gemc: error: %s\n", err);
+      return GEMC_EXIT_USER_ERROR;
+    }
+  }
   LoadedModel m;
   if (!load_model(&m, file, arch, true, o->quiet, o->werror)) {
     loaded_model_free(&m);
@@ -116,12 +125,9 @@ int cmd_emit(const CliOptions *o) {
     }
   }
   if (rc == GEMC_EXIT_OK && dir) {
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-      fprintf(stderr, "gemc: error: cannot create %s: %s\n", dir, strerror(errno));
-      rc = GEMC_EXIT_USER_ERROR;
-    } else if (!write_file(dir, PLAN_SOURCE_NAME, p.source, strlen(p.source)) ||
-               !write_file(dir, "plan.txt", plan_text, plan_size) ||
-               (bin && !write_file(dir, ptx ? "model.ptx" : "model.cubin", bin, bin_size))) {
+    if (!write_file(dir, PLAN_SOURCE_NAME, p.source, strlen(p.source), file) ||
+        !write_file(dir, "plan.txt", plan_text, plan_size, file) ||
+        (bin && !write_file(dir, ptx ? "model.ptx" : "model.cubin", bin, bin_size, file))) {
       rc = GEMC_EXIT_USER_ERROR;
     }
   } else if (rc == GEMC_EXIT_OK) {

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "commands.h"        // defines: cmd_train
+#include "checkpoint.h"      // defines: CHECKPOINT_LOCK
 #include "cuda_driver.h"     // defines: cuda_usable
+#include "file_io.h"         // defines: file_probe_output, file_lock_dir
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: LoadedModel, load_model
 #include "report_json.h"     // defines: ReportRun, report_write_json
@@ -41,7 +43,8 @@ static const char train_usage[] =
     "                  [--save DIR] [--save-every N] [--resume DIR] [--quiet]\n"
     "                  [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n"
     "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
-    "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n";
+    "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n"
+    "                  [--on-nan stop|skip|skip=N]\n";
 
 static void print_train_help(FILE *out) {
   fprintf(out,
@@ -58,14 +61,17 @@ static void print_train_help(FILE *out) {
           "                     held out. Without it: synthetic data from a hidden teacher\n"
           "  --eval-every N     evaluate on the held-out split every N steps (default: a tenth\n"
           "                     of the steps; 0: only at the end); each is a learning-curve row\n"
-          "  --eval-examples N  synthetic held-out examples (default 4096, at most a tenth of\n"
-          "                     the examples the run trains on; whole batches)\n"
+          "  --eval-examples N  synthetic held-out examples (default 4096, whatever --steps;\n"
+          "                     rounded up to whole batches)\n"
           "  --report F.json    write the final metrics, the curve and every step's loss\n"
           "  --save DIR         write a checkpoint to DIR/checkpoint.gemc at the end\n"
           "  --save-every N     and every N steps\n"
           "  --resume DIR       continue from DIR/checkpoint.gemc (bit-exactly on the same backend)\n"
           "  --quiet, -q        print errors only\n"
           "  --progress P       auto (a live line on a terminal), live or plain\n"
+          "  --on-nan A         a non-finite loss: stop (default: exit 1, naming the step and\n"
+          "                     the tensor) or skip=N (skip such steps without their update;\n"
+          "                     N in a row stop it; skip alone: N=%d)\n"
           "optimizer overrides (the model's values otherwise):\n"
           "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X   dense parameters\n"
           "  --table-lr X, --table-eps X                               every table\n"
@@ -73,67 +79,40 @@ static void print_train_help(FILE *out) {
           "  --lengths D        history lengths: uniform, lognormal (default) or heavy\n"
           "  --id-vocab N       draw ids from the first N rows of each table (default: all)\n"
           "\n"
-          "docs/train.md describes the output, the report, checkpoints and the metrics.\n",
-          train_usage, DEFAULT_STEPS);
+          "docs/train.md describes the output, the report, checkpoints and the metrics;\n"
+          "docs/cli.md the range of every numeric option.\n",
+          train_usage, DEFAULT_STEPS, DEFAULT_ON_NAN_SKIPS);
 }
 
 #define usage(err, ...) cli_usage_error(err, train_usage, "train", __VA_ARGS__)
 
-static bool parse_count(const char *s, int64_t min, int64_t max, int64_t *out) {
-  if (!*s || *s == '-' || *s == '+') return false;
-  errno = 0;
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (errno || *end || v < min || v > max) return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_seed(const char *s, uint64_t *out) {
-  if (!*s || *s == '-' || *s == '+') return false;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno || *end) return false;
-  *out = v;
-  return true;
-}
-
-static bool parse_real(const char *s, double *out) {
-  if (!*s) return false;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v)) return false;
-  *out = v;
-  return true;
-}
+// The ranges of the numeric options (docs/cli.md's table): wide enough for any real run,
+// narrow enough that a typo cannot start one that runs for ever.
+enum { MAX_STEPS = 1000000000, MAX_BATCH = 1 << 20, MAX_EVAL_EXAMPLES = 1 << 20 };
+#define MAX_ID_VOCAB INT64_C(2147483647)  // the most rows a table may have (sema)
 
 // The optimizer overrides: each names the field it sets and the range it allows.
 typedef struct RealOption {
   const char *name;
   size_t offset;  // into OptimOverrides
-  double min, max;
-  bool min_open;  // the value must be > min, not >= min
-  const char *range;
+  RealRange range;
 } RealOption;
 
 static const RealOption real_options[] = {
-    {"--lr", offsetof(OptimOverrides, lr), 0, 1e6, true, "a number > 0"},
-    {"--beta1", offsetof(OptimOverrides, beta1), 0, 0.999999, false, "a number in [0, 1)"},
-    {"--beta2", offsetof(OptimOverrides, beta2), 0, 0.999999999, false, "a number in [0, 1)"},
-    {"--eps", offsetof(OptimOverrides, eps), 0, 1, true, "a number in (0, 1]"},
-    {"--weight-decay", offsetof(OptimOverrides, weight_decay), 0, 1e6, false, "a number >= 0"},
-    {"--table-lr", offsetof(OptimOverrides, table_lr), 0, 1e6, true, "a number > 0"},
-    {"--table-eps", offsetof(OptimOverrides, table_eps), 0, 1, true, "a number in (0, 1]"},
+    {"--lr", offsetof(OptimOverrides, lr), {0, 1e6, true, false}},
+    {"--beta1", offsetof(OptimOverrides, beta1), {0, 1, false, true}},
+    {"--beta2", offsetof(OptimOverrides, beta2), {0, 1, false, true}},
+    {"--eps", offsetof(OptimOverrides, eps), {0, 1, true, false}},
+    {"--weight-decay", offsetof(OptimOverrides, weight_decay), {0, 1e3, false, false}},
+    {"--table-lr", offsetof(OptimOverrides, table_lr), {0, 1e6, true, false}},
+    {"--table-eps", offsetof(OptimOverrides, table_eps), {0, 1, true, false}},
 };
 
-// The whole-number options: name, field, minimum, what it must be.
+// The whole-number options: name, field, range.
 typedef struct CountOption {
   const char *name;
   int64_t *field;
-  int64_t min;
-  const char *what;
+  int64_t min, max;
 } CountOption;
 
 // --- parsing ----------------------------------------------------------------------------
@@ -151,29 +130,34 @@ static bool parse_backend(const char *v, Backend *out) {
 static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
   const char *v = NULL;
   int got;
+  char msg[256], range[80];
   const CountOption counts[] = {
-      {"--steps", &c->steps, 0, "a whole number >= 0"},
-      {"--batch", &c->opt.batch, 1, "a whole number >= 1"},
-      {"--eval-every", &c->eval_every, 0, "a whole number >= 0"},
-      {"--eval-examples", &c->opt.eval_examples, 1, "a whole number >= 1"},
-      {"--save-every", &c->save_every, 0, "a whole number >= 0"},
-      {"--id-vocab", &c->opt.id_vocab, 1, "a whole number >= 1"},
+      {"--steps", &c->steps, 0, MAX_STEPS},
+      {"--batch", &c->opt.batch, 1, MAX_BATCH},
+      {"--eval-every", &c->eval_every, 0, MAX_STEPS},
+      {"--eval-examples", &c->opt.eval_examples, 1, MAX_EVAL_EXAMPLES},
+      {"--save-every", &c->save_every, 0, MAX_STEPS},
+      {"--id-vocab", &c->opt.id_vocab, 1, MAX_ID_VOCAB},
   };
   for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
-    if ((got = cli_option_value(argc, argv, i, counts[k].name, &v)) == 0) continue;
-    if (got < 0) return (usage(err, "%s needs a value: %s", counts[k].name, counts[k].what), -1);
-    int64_t max = strcmp(counts[k].name, "--batch") == 0 ? (int64_t)1 << 24 : INT64_MAX / 4;
-    if (!parse_count(v, counts[k].min, max, counts[k].field))
-      return (usage(err, "%s needs %s, got '%s'", counts[k].name, counts[k].what, v), -1);
+    const CountOption *n = &counts[k];
+    if ((got = cli_option_value(argc, argv, i, n->name, &v)) == 0) continue;
+    if (got < 0)
+      return (usage(err, "%s needs a value: a whole number in %s", n->name,
+                    cli_count_range(n->min, n->max, range, sizeof range)), -1);
+    if (!cli_parse_count(n->name, v, n->min, n->max, n->field, msg, sizeof msg))
+      return (usage(err, "%s", msg), -1);
     return 1;
   }
   for (size_t k = 0; k < sizeof real_options / sizeof real_options[0]; k++) {
     const RealOption *r = &real_options[k];
     if ((got = cli_option_value(argc, argv, i, r->name, &v)) == 0) continue;
     double x;
-    if (got < 0) return (usage(err, "%s needs a value: %s", r->name, r->range), -1);
-    if (!parse_real(v, &x) || x < r->min || (r->min_open && x <= r->min) || x > r->max)
-      return (usage(err, "%s needs %s, got '%s'", r->name, r->range, v), -1);
+    if (got < 0)
+      return (usage(err, "%s needs a value: a number in %s", r->name,
+                    cli_real_range(r->range, range, sizeof range)), -1);
+    if (!cli_parse_real(r->name, v, r->range, &x, msg, sizeof msg))
+      return (usage(err, "%s", msg), -1);
     *(double *)(void *)((char *)&c->opt.optim + r->offset) = x;
     return 1;
   }
@@ -183,8 +167,11 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
     return 1;
   }
   if ((got = cli_option_value(argc, argv, i, "--seed", &v)) != 0) {
-    if (got < 0 || !parse_seed(v, &c->opt.seed))
-      return (usage(err, "--seed needs a whole number >= 0, got '%s'", got < 0 ? "" : v), -1);
+    if (got < 0)
+      return (usage(err, "--seed needs a value: a whole number in [0, %" PRIu64 "]",
+                    UINT64_MAX), -1);
+    if (!cli_parse_u64("--seed", v, UINT64_MAX, &c->opt.seed, msg, sizeof msg))
+      return (usage(err, "%s", msg), -1);
     c->seed_given = true;
     return 1;
   }
@@ -192,6 +179,19 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
     if (got < 0 || !synth_length_dist_from_name(v, &c->opt.lengths))
       return (usage(err, "--lengths needs uniform, lognormal or heavy, got '%s'",
                    got < 0 ? "" : v), -1);
+    return 1;
+  }
+  if ((got = cli_option_value(argc, argv, i, "--on-nan", &v)) != 0) {
+    // stop, skip (DEFAULT_ON_NAN_SKIPS in a row stop it) or skip=N (N >= 1).
+    if (got < 0) v = "";
+    int64_t n = 0;
+    if (strcmp(v, "stop") == 0) n = 0;
+    else if (strcmp(v, "skip") == 0) n = DEFAULT_ON_NAN_SKIPS;
+    else if (strncmp(v, "skip=", 5) != 0 || !cli_parse_count("--on-nan skip=N", v + 5, 1,
+                                                               1000000, &n, msg, sizeof msg))
+      return (usage(err, "--on-nan needs stop, skip or skip=N (N in [1, 1000000]), got '%s'",
+                    v), -1);
+    c->opt.on_nan_skip = n;
     return 1;
   }
   if ((got = cli_option_value(argc, argv, i, "--progress", &v)) != 0) {
@@ -378,18 +378,29 @@ static void print_summary(const Trainer *t, const LoopResult *r) {
 
 // --- the command ------------------------------------------------------------------------
 
-// Fails early, before any training, when the report could not be written at the end.
-static bool report_writable(const char *path) {
-  char temp[4200];
-  snprintf(temp, sizeof temp, "%s.tmp", path);
-  FILE *f = fopen(temp, "w");
-  if (!f) {
-    fprintf(stderr, "gemc: error: cannot write report %s: %s\n", path, strerror(errno));
-    return false;
+// Fails early, before any training, when an output could not be written at the end: the
+// report's directory takes a new file, the report is no input, the --save directory exists
+// (it is created) and takes files, and no other training holds its lock. On success *lock_fd
+// is the lock's descriptor (-1 without --save), held until the process exits.
+static bool outputs_ready(const TrainCli *c, int *lock_fd) {
+  char err[1024];
+  *lock_fd = -1;
+  bool ok = true;
+  if (c->report)
+    ok = file_probe_output(c->report, "report", err, sizeof err) &&
+         file_refuse_same(c->report, c->file, err, sizeof err) &&
+         (!c->opt.data_path || file_refuse_same(c->report, c->opt.data_path, err, sizeof err));
+  if (ok && c->save) {
+    ok = file_make_dirs(c->save, "checkpoint directory", err, sizeof err) &&
+         file_probe_dir(c->save, "checkpoint directory", err, sizeof err);
+    if (ok) {
+      *lock_fd = file_lock_dir(c->save, CHECKPOINT_LOCK, "checkpoint directory", err,
+                               sizeof err);
+      ok = *lock_fd >= 0;
+    }
   }
-  fclose(f);
-  remove(temp);
-  return true;
+  if (!ok) fprintf(stderr, "gemc: error: %s\n", err);
+  return ok;
 }
 
 static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64_t resumed_from) {
@@ -398,18 +409,19 @@ static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64
                     .save_every = c->save_every, .quiet = c->quiet, .live = c->live,
                     .out = stdout, .err = stderr};
   LoopResult r;
-  char err[1024];
-  if (!train_loop(t, &lo, &r, err, sizeof err)) {
-    fprintf(stderr, "gemc: error: %s\n", err);
-    return GEMC_EXIT_USER_ERROR;
-  }
-  if (!c->quiet) print_summary(t, &r);
-  int rc = GEMC_EXIT_OK;
+  char err[1024], loop_err[1024] = "";
+  // A run the divergence guard (or an error) stopped exits 1, and still writes its report,
+  // with the failure in it.
+  bool trained = train_loop(t, &lo, &r, loop_err, sizeof loop_err);
+  if (!trained) fprintf(stderr, "gemc: error: %s\n", loop_err);
+  if (trained && !c->quiet) print_summary(t, &r);
+  int rc = trained ? GEMC_EXIT_OK : GEMC_EXIT_USER_ERROR;
   if (c->report) {
     ReportRun run = {.source = c->file, .backend = trainer_device(t) ? "cuda" : "cpu",
                      .backend_reason = reason,
                      .data = c->opt.data_path, .lengths = synth_length_dist_name(c->opt.lengths),
-                     .resumed_from = resumed_from, .resume_dir = c->resume, .save_dir = c->save};
+                     .resumed_from = resumed_from, .resume_dir = c->resume, .save_dir = c->save,
+                     .error = trained ? NULL : loop_err};
     if (!report_write_json(c->report, t, &r, &run, err, sizeof err)) {
       fprintf(stderr, "gemc: error: %s\n", err);
       rc = GEMC_EXIT_USER_ERROR;
@@ -431,19 +443,26 @@ int cmd_train(const CliOptions *o) {
   char reason[160];
   if (!choose_backend(&c, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
   c.opt.gpu_log = c.quiet ? NULL : stdout;
-  if (c.report && !report_writable(c.report)) return GEMC_EXIT_USER_ERROR;
+  int lock_fd = -1;
+  if (!outputs_ready(&c, &lock_fd)) return GEMC_EXIT_USER_ERROR;
 
   LoadedModel m;
   if (!load_model(&m, c.file, c.arch, true, c.quiet, c.werror)) {
     loaded_model_free(&m);
     return GEMC_EXIT_USER_ERROR;
   }
-  // The default held-out set: 4096 examples, but no more than a tenth of what the run trains
-  // on, so that evaluating a big model never dwarfs a short run (at least one batch).
-  if (!c.eval_examples_given) {
-    int64_t batch = c.opt.batch > 0 ? c.opt.batch : m.ir.batch;
-    int64_t tenth = c.steps * batch / 10;
-    if (tenth < c.opt.eval_examples) c.opt.eval_examples = tenth > 0 ? tenth : 1;
+  // The default held-out set is 4096 examples whatever --steps says, so that a resumed run
+  // evaluates on the set a straight run does (it depends on the seed and --eval-examples).
+  // Test hook of the divergence guard: GEMC_TEST_NAN_STEPS=FIRST[:COUNT] gives steps
+  // FIRST..FIRST+COUNT-1 a NaN loss (docs/train.md).
+  const char *nan_steps = getenv("GEMC_TEST_NAN_STEPS");
+  if (nan_steps && *nan_steps) {
+    long long nan_first = 0, nan_count = 1;
+    if (sscanf(nan_steps, "%lld:%lld", &nan_first, &nan_count) >= 1 && nan_first > 0 &&
+        nan_count > 0) {
+      c.opt.test_nan_first = nan_first;
+      c.opt.test_nan_count = nan_count;
+    }
   }
   char err[1024];
   int rc = GEMC_EXIT_USER_ERROR;
@@ -468,5 +487,6 @@ int cmd_train(const CliOptions *o) {
   else fprintf(stderr, "gemc: error: %s\n", err);
   trainer_free(t);
   loaded_model_free(&m);
+  if (lock_fd >= 0) close(lock_fd);
   return rc;
 }

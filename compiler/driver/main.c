@@ -13,6 +13,7 @@
 #include "cli.h"             // defines: CliOptions, cli_parse, cli_print_help
 #include "commands.h"        // defines: cmd_train, cmd_data
 #include "diag.h"            // defines: Diag, SourceFile, source_read
+#include "file_io.h"         // defines: file_write_atomic, file_refuse_same
 #include "internal_error.h"  // defines: GEMC_EXIT_*, GEMC_ASSERT
 #include "ir.h"              // defines: Ir, ir_init, ir_print
 #include "load_model.h"      // defines: front_end
@@ -88,6 +89,15 @@ static int close_output(const CliOptions *o, FILE *f) {
 // debugging aid, and its output matters most when a later pass fails.
 static int run_ir(const CliOptions *o) {
   const char *path = o->files[0];
+  if (o->output) {
+    // Before anything is read: opening OUT would empty an OUT that is the input.
+    char err[1024];
+    if (!file_refuse_same(o->output, path, err, sizeof err) ||
+        !file_probe_output(o->output, "", err, sizeof err)) {
+      fprintf(stderr, "gemc: error: %s\n", err);
+      return GEMC_EXIT_USER_ERROR;
+    }
+  }
   if (o->dump_after) {
     FILE *out = open_output(o);
     if (!out) return write_error(o->output);
@@ -102,14 +112,15 @@ static int run_ir(const CliOptions *o) {
   if (!buffer) gemc_internal_error(__FILE__, __LINE__, "open_memstream failed");
   int rc = compile_file(o, path, buffer);
   fclose(buffer);
-  if (rc == GEMC_EXIT_OK) {
-    FILE *out = open_output(o);
-    if (!out) {
-      rc = write_error(o->output);
-    } else {
-      fwrite(text, 1, size, out);
-      rc = close_output(o, out);
+  if (rc == GEMC_EXIT_OK && o->output) {
+    // Whole or not at all: a temporary file, fsynced, renamed over OUT.
+    char err[1024];
+    if (!file_write_atomic(o->output, text, size, err, sizeof err)) {
+      fprintf(stderr, "gemc: error: %s\n", err);
+      rc = GEMC_EXIT_USER_ERROR;
     }
+  } else if (rc == GEMC_EXIT_OK) {
+    fwrite(text, 1, size, stdout);
   }
   free(text);
   return rc;

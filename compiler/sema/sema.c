@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checked_math.h"    // defines: ck_mul, ck_mul3, bytes_text
 #include "internal_error.h"  // defines: GEMC_ASSERT
 #include "sema_internal.h"   // defines: Sema, Symbol, sema_* helpers
 
@@ -851,6 +852,80 @@ static void warn_unused(Sema *S) {
   }
 }
 
+// --- sizes ------------------------------------------------------------------------------
+
+// The bytes the executors store per element of t: 8 for ids and fp64, 4 otherwise (the CPU
+// executor computes in fp32 whatever the dtype).
+static int elem_bytes(const Tensor *t) { return t->dtype == DT_I64 || t->dtype == DT_F64 ? 8 : 4; }
+
+// Every tensor's size at the model's batch, with checked arithmetic: an overflow, a table of
+// more than SEMA_MAX_ROWS rows, a tensor over SEMA_MAX_TENSOR_BYTES or a model over
+// SEMA_MAX_TOTAL_BYTES is an error at the tensor's statement.
+static void check_sizes(Sema *S) {
+  const Ir *ir = S->ir;
+  int64_t total = 0;
+  for (int i = 0; i < ir->ntensors; i++) {
+    const Tensor *t = &ir->tensors[i];
+    int64_t e = elem_bytes(t), B = S->batch, w = t->width > 0 ? t->width : 1;
+    char desc[256];
+    int64_t bytes = 0;
+    bool ok = true;
+    switch (t->layout) {
+    case LAYOUT_DENSE:
+      snprintf(desc, sizeof desc, "batch x width x %" PRId64 " bytes (%" PRId64 " x %" PRId64
+               " x %" PRId64 ")", e, B, w, e);
+      ok = ck_mul3(B, w, e, &bytes);
+      break;
+    case LAYOUT_SET:
+      snprintf(desc, sizeof desc, "batch x k x width x %" PRId64 " bytes (%" PRId64 " x %" PRId64
+               " x %" PRId64 " x %" PRId64 ")", e, B, t->set_k, w, e);
+      ok = ck_mul3(B, t->set_k, w, &bytes) && ck_mul(bytes, e, &bytes);
+      break;
+    case LAYOUT_JAGGED: {
+      int64_t L = ir->jagged[t->jag].max_len;
+      snprintf(desc, sizeof desc, "batch x max x width x %" PRId64 " bytes (%" PRId64 " x %"
+               PRId64 " x %" PRId64 " x %" PRId64 ")", e, B, L, w, e);
+      ok = ck_mul3(B, L, w, &bytes) && ck_mul(bytes, e, &bytes);
+      break;
+    }
+    case LAYOUT_FIXED: {
+      int64_t r = t->nfixed == 2 ? t->fixed[0] : 1, c = t->nfixed == 2 ? t->fixed[1] : t->fixed[0];
+      if (t->kind == TENSOR_TABLE)
+        snprintf(desc, sizeof desc, "rows x dim x %" PRId64 " bytes (%" PRId64 " x %" PRId64
+                 " x %" PRId64 ")", e, r, c, e);
+      else
+        snprintf(desc, sizeof desc, "%" PRId64 " x %" PRId64 " x %" PRId64 " bytes", r, c, e);
+      ok = ck_mul3(r, c, e, &bytes);
+      break;
+    }
+    case LAYOUT_SCALAR:
+    case LAYOUT_ROWS: continue;
+    }
+    const char *kind = t->kind == TENSOR_TABLE ? "table" : t->kind == TENSOR_PARAM ? "parameter"
+                       : t->kind == TENSOR_VALUE ? "value" : "input";
+    if (!ok) {
+      diag_error(S->d, t->loc, "%s '%s': %s overflows 64 bits", kind, t->name, desc);
+      return;
+    }
+    if (t->kind == TENSOR_TABLE && t->fixed[0] > SEMA_MAX_ROWS) {
+      diag_error(S->d, t->loc, "table '%s' has %" PRId64 " rows; gemc supports at most 2^48 (%"
+                 PRId64 ")", t->name, t->fixed[0], SEMA_MAX_ROWS);
+      return;
+    }
+    if (bytes > SEMA_MAX_TENSOR_BYTES) {
+      diag_error(S->d, t->loc, "%s '%s': %s is %s; gemc supports at most 2^56 bytes (64 PiB) "
+                 "per tensor", kind, t->name, desc, bytes_text(bytes).s);
+      return;
+    }
+    total += bytes;  // at most ntensors x 2^56: no overflow before the check below
+    if (total > SEMA_MAX_TOTAL_BYTES) {
+      diag_error(S->d, t->loc, "the model's tensors need more than 2^58 bytes (256 PiB) at "
+                 "batch %" PRId64 "; %s '%s' (%s) takes them past it", B, kind, t->name, desc);
+      return;
+    }
+  }
+}
+
 bool sema_lower(const Model *m, const char *arch, Diag *d, Ir *out) {
   GEMC_ASSERT(m && d && out && out->arena);
   Sema S = {.m = m, .d = d, .ir = out, .arena = out->arena, .arch = arch};
@@ -868,6 +943,7 @@ bool sema_lower(const Model *m, const char *arch, Diag *d, Ir *out) {
   if (!S.loss_stmt)
     diag_error(d, m->name_loc, "missing loss: expected a 'loss' statement in model '%s'",
                m->name);
+  if (d->errors == errors && S.batch > 0) check_sizes(&S);
   warn_unused(&S);
   return d->errors == errors && !d->too_many;
 }

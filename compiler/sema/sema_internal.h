@@ -21,6 +21,13 @@
 // int64, and no tensor is absurdly large.
 #define SEMA_MAX_SIZE INT64_C(2147483647)
 enum { SEMA_MAX_PARAMS = 10, SEMA_MAX_VARIADIC = 16 };
+// Absolute caps on sizes (sema_check_sizes): the rows of one table, the bytes of one tensor at
+// the model's batch (64 PiB) and the bytes of all forward tensors together (256 PiB). Under them
+// every size the plan and the executors derive (gradients, optimizer state, scratch, offsets)
+// fits int64 with room to spare.
+#define SEMA_MAX_ROWS (INT64_C(1) << 48)
+#define SEMA_MAX_TENSOR_BYTES (INT64_C(1) << 56)
+#define SEMA_MAX_TOTAL_BYTES (INT64_C(1) << 58)
 
 // Every source op, counted per binding name for value names (%h.gdpa0, %h.add1).
 typedef enum SemaOp {

@@ -14,8 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checked.h"
+#include "checked_math.h"
 #include "cpu_exec_internal.h"
 #include "internal_error.h"
 #include "numerics.h"
@@ -178,6 +180,67 @@ CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) {
   pair_attention_backward(x);
   cpu_pool_plan(x);
   return x;
+}
+
+// --- memory needed and available ----------------------------------------------------------
+
+int64_t cpu_exec_bytes_needed(const Ir *ir, ExecMode mode, int64_t B) {
+  int64_t elem = mode == EXEC_F64 ? (int64_t)sizeof(double) : (int64_t)sizeof(float);
+  int64_t total = 0;
+  for (int i = 0; i < ir->ntensors; i++) {
+    const Tensor *t = &ir->tensors[i];
+    int64_t w = t->width > 0 ? t->width : 1, n = 0, state = 0;
+    switch (t->layout) {
+    case LAYOUT_DENSE: n = sat_mul(B, w); break;
+    case LAYOUT_SET: n = sat_mul(sat_mul(B, t->set_k), w); break;
+    case LAYOUT_FIXED: {
+      int64_t rows = t->nfixed == 2 ? t->fixed[0] : 1;
+      n = sat_mul(rows, t->nfixed == 2 ? t->fixed[1] : t->fixed[0]);
+      // Optimizer state in fp32 (optim.c): tables keep one entry per row, parameters one per
+      // element.
+      int64_t per = t->kind == TENSOR_TABLE ? rows : n;
+      if (t->kind == TENSOR_PARAM || t->kind == TENSOR_TABLE) {
+        if (t->optim.kind == OPTIM_ADAMW) state = sat_mul(per, 2 * (int64_t)sizeof(float));
+        if (t->optim.kind == OPTIM_ROWWISE_ADAGRAD) state = sat_mul(per, (int64_t)sizeof(float));
+      }
+      break;
+    }
+    case LAYOUT_SCALAR: n = 1; break;
+    case LAYOUT_JAGGED:
+    case LAYOUT_ROWS: break;
+    }
+    total = sat_add(total, sat_add(sat_mul(n, elem), state));
+  }
+  return total;
+}
+
+static int64_t available_override = -1;
+
+void cpu_memory_set_available(int64_t bytes) { available_override = bytes; }
+
+int64_t cpu_memory_available(void) {
+  if (available_override >= 0) return available_override;
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (f) {
+    char line[256];
+    long long kb = -1;
+    while (fgets(line, sizeof line, f))
+      if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    fclose(f);
+    if (kb >= 0) return sat_mul((int64_t)kb, 1024);
+  }
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) return sat_mul(pages, page);
+  return -1;
+}
+
+bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size) {
+  int64_t need = cpu_exec_bytes_needed(ir, mode, B), have = cpu_memory_available();
+  if (have < 0 || need <= have) return true;
+  return fail(err, err_size, "the model needs %s of memory on the CPU at batch %" PRId64
+              " (parameters, tables, their gradients and optimizer state, one batch's "
+              "values); this machine has %s available", bytes_text(need).s, B,
+              bytes_text(have).s);
 }
 
 void cpu_exec_free(CpuExec *x) {

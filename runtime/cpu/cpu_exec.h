@@ -23,6 +23,21 @@ typedef struct CpuExec CpuExec;
 // Prepares to run `ir` (forward nodes, and backward nodes when ir->nforward < ir->nnodes).
 // Allocates every parameter and table, zeroed; cpu_exec_init_params fills them.
 CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode);
+
+// The memory a training of `ir` at batch B takes on the CPU, at least: every parameter, table
+// and parameter gradient (cpu_exec_new allocates them), their optimizer state (AdamW: m and v;
+// row-wise Adagrad: a sum per row) and the dense and set values of one batch (jagged values
+// are sized by each batch's totals, so they are not counted). INT64_MAX when it overflows.
+int64_t cpu_exec_bytes_needed(const Ir *ir, ExecMode mode, int64_t B);
+// The memory the machine can give: MemAvailable of /proc/meminfo, else the physical pages
+// times the page size; -1 when neither is known. cpu_memory_set_available (tests) makes it
+// return `bytes` instead (a negative value undoes that).
+int64_t cpu_memory_available(void);
+void cpu_memory_set_available(int64_t bytes);
+// False, with "the model needs N bytes of memory on the CPU ...; this machine has M available"
+// in err, when cpu_exec_bytes_needed exceeds cpu_memory_available. Call it before
+// cpu_exec_new, which allocates.
+bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size);
 void cpu_exec_free(CpuExec *x);
 
 // Deterministic initialization from `seed` (cpu_init.c, docs/executor.md): tables uniform with

@@ -1,8 +1,9 @@
 // datafile.c: the writer and the validating reader of gemc data files (docs/data.md has the
-// byte layout). The writer checks every batch, writes PATH.tmp, and renames it into place
-// after an fsync. The reader checks the header against the model's schema, then reads every
-// chunk once at open (its CRC, its offsets, every id, float and label), so that a bad file is
-// refused before training starts, with an error naming the file, the chunk and the example.
+// byte layout). The writer checks every batch, writes a temporary file next to PATH
+// (file_io.h's AtomicFile), and renames it into place after an fsync. The reader checks the
+// header against the model's schema, then reads every chunk once at open (its CRC, its
+// offsets, every id, float and label), so that a bad file is refused before training starts,
+// with an error naming the file, the chunk and the example.
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -15,6 +16,7 @@
 #include "checked.h"
 #include "crc32.h"
 #include "datafile.h"
+#include "file_io.h"
 #include "float_bits.h"
 #include "internal_error.h"
 
@@ -33,6 +35,7 @@ enum {
 };
 static const int64_t MAX_CHUNK_EXAMPLES = (int64_t)1 << 24;
 static const int64_t MAX_WIDTH = (int64_t)1 << 20;
+static const int64_t MAX_FILE_BYTES = (int64_t)1 << 42;  // 4 TiB: the reader's cap
 
 // --- small helpers ------------------------------------------------------------------------
 
@@ -76,8 +79,8 @@ static void put_name(Bytes *b, const char *s) {
 // --- the writer ---------------------------------------------------------------------------
 
 struct DataWriter {
-  char *path, *tmp_path;
-  FILE *f;
+  char *path;
+  AtomicFile out;     // the temporary file, renamed over `path` at close
   const Schema *s;
   Bytes header;       // kept to patch the counts and CRC at close
   Bytes chunk;        // scratch for one chunk
@@ -115,8 +118,7 @@ static void seal_header(Bytes *h, uint64_t examples, uint64_t chunks) {
 }
 
 static bool write_bytes(DataWriter *w, const void *p, size_t n, char *err, size_t err_size) {
-  if (fwrite(p, 1, n, w->f) == n) return true;
-  return fail(err, err_size, "cannot write %s: %s", w->tmp_path, strerror(errno));
+  return atomic_write(&w->out, p, n, err, err_size);
 }
 
 DataWriter *datafile_create(const char *path, const Schema *s, char *err, size_t err_size) {
@@ -128,12 +130,8 @@ DataWriter *datafile_create(const char *path, const Schema *s, char *err, size_t
     }
   DataWriter *w = xcalloc(1, sizeof *w);
   w->path = xstrdup(path);
-  w->tmp_path = xmalloc(strlen(path) + 5);
-  sprintf(w->tmp_path, "%s.tmp", path);
   w->s = s;
-  w->f = fopen(w->tmp_path, "wb");
-  if (!w->f) {
-    fail(err, err_size, "cannot create %s: %s", w->tmp_path, strerror(errno));
+  if (!atomic_begin(&w->out, path, err, err_size)) {
     datafile_abort(w);
     return NULL;
   }
@@ -181,23 +179,8 @@ bool datafile_write(DataWriter *w, const Batch *b, char *err, size_t err_size) {
   return true;
 }
 
-// fsyncs the directory that holds `path`, so that a rename into it is durable.
-static bool sync_directory(const char *path) {
-  char *dir = xstrdup(path);
-  char *slash = strrchr(dir, '/');
-  if (slash == dir) slash[1] = '\0';
-  else if (slash) *slash = '\0';
-  else strcpy(dir, ".");
-  int fd = open(dir, O_RDONLY);
-  bool ok = fd >= 0 && fsync(fd) == 0;
-  if (fd >= 0) close(fd);
-  free(dir);
-  return ok;
-}
-
 static void writer_free(DataWriter *w) {
   free(w->path);
-  free(w->tmp_path);
   free(w->header.p);
   free(w->chunk.p);
   free(w);
@@ -205,30 +188,16 @@ static void writer_free(DataWriter *w) {
 
 bool datafile_close(DataWriter *w, char *err, size_t err_size) {
   seal_header(&w->header, w->examples, w->chunks);
-  bool ok = true;
-  if (fflush(w->f) != 0 || fseek(w->f, 0, SEEK_SET) != 0)
-    ok = fail(err, err_size, "cannot write %s: %s", w->tmp_path, strerror(errno));
-  else if (!write_bytes(w, w->header.p, w->header.len, err, err_size))
-    ok = false;
-  else if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
-    ok = fail(err, err_size, "cannot write %s: %s", w->tmp_path, strerror(errno));
-  if (fclose(w->f) != 0 && ok)
-    ok = fail(err, err_size, "cannot write %s: %s", w->tmp_path, strerror(errno));
-  w->f = NULL;
-  if (ok && rename(w->tmp_path, w->path) != 0)
-    ok = fail(err, err_size, "cannot rename %s to %s: %s", w->tmp_path, w->path,
-              strerror(errno));
-  if (ok && !sync_directory(w->path))
-    ok = fail(err, err_size, "cannot sync the directory of %s: %s", w->path, strerror(errno));
-  if (!ok) unlink(w->tmp_path);
+  bool ok = atomic_write_at(&w->out, w->header.p, w->header.len, 0, err, err_size);
+  if (ok) ok = atomic_commit(&w->out, err, err_size);
+  else atomic_abort(&w->out);
   writer_free(w);
   return ok;
 }
 
 void datafile_abort(DataWriter *w) {
   if (!w) return;
-  if (w->f) fclose(w->f);
-  unlink(w->tmp_path);
+  atomic_abort(&w->out);
   writer_free(w);
 }
 
@@ -632,19 +601,12 @@ DataReader *datafile_open(const char *path, const Schema *s, char *err, size_t e
   r->path = xstrdup(path);
   r->s = s;
   r->cached = -1;
-  r->fd = open(path, O_RDONLY);
-  struct stat st;
-  if (r->fd < 0 || fstat(r->fd, &st) != 0) {
-    fail(err, err_size, "cannot open %s: %s", path, strerror(errno));
+  // Never blocks on a FIFO; a file of more than MAX_FILE_BYTES is refused before reading.
+  r->fd = file_open_input(path, "data file", MAX_FILE_BYTES, &r->size, err, err_size);
+  if (r->fd < 0) {
     datafile_close_reader(r);
     return NULL;
   }
-  if (!S_ISREG(st.st_mode)) {
-    fail(err, err_size, "cannot read %s: not a regular file", path);
-    datafile_close_reader(r);
-    return NULL;
-  }
-  r->size = (int64_t)st.st_size;
   if (r->size == 0) {
     fail(err, err_size, "%s: the file is empty (not a gemc data file)", path);
     datafile_close_reader(r);

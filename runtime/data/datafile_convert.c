@@ -12,12 +12,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checked.h"
 #include "datafile.h"
+#include "file_io.h"
 #include "internal_error.h"
 
 enum { CONVERT_CHUNK = 4096 };  // examples per chunk
+// The reader's caps: a line (an endless one would grow without bound) and the whole input.
+static const size_t MAX_LINE_BYTES = (size_t)64 << 20;         // 64 MiB
+static const int64_t MAX_INPUT_BYTES = (int64_t)1 << 40;       // 1 TiB
 
 typedef struct Converter {
   const char *in_path;
@@ -267,12 +272,40 @@ static bool flush_rows(Converter *c, DataWriter *w) {
   return ok;
 }
 
+// Reads one line (its '\n' included) into *line, at most MAX_LINE_BYTES. Returns its length,
+// 0 at the end of the input, -1 when the line is too long or the input too large.
+static ssize_t read_line(Converter *c, FILE *in, char **line, size_t *cap, int64_t *total) {
+  size_t len = 0;
+  int ch;
+  while ((ch = getc_unlocked(in)) != EOF) {
+    if (len + 2 > *cap) {
+      *cap = *cap ? 2 * *cap : 1 << 16;
+      *line = xrealloc(*line, *cap);
+    }
+    (*line)[len++] = (char)ch;
+    if (len > MAX_LINE_BYTES) {
+      fail(c->err, c->err_size, "%s:%" PRId64 ": the line is longer than 64 MiB, the most a "
+           "line may be", c->in_path, c->line + 1);
+      return -1;
+    }
+    if (ch == '\n') break;
+  }
+  *total += (int64_t)len;
+  if (*total > MAX_INPUT_BYTES) {
+    fail(c->err, c->err_size, "%s: the input is larger than 1 TiB, the most gemc data "
+         "convert reads", c->in_path);
+    return -1;
+  }
+  return (ssize_t)len;
+}
+
 static bool convert_lines(Converter *c, FILE *in, DataWriter *w, int64_t *records) {
   char *line = NULL;
   size_t cap = 0;
   ssize_t got;
+  int64_t total = 0;
   bool ok = true, header = false;
-  while (ok && (got = getline(&line, &cap, in)) >= 0) {
+  while (ok && (got = read_line(c, in, &line, &cap, &total)) > 0) {
     c->line++;
     size_t len = (size_t)got;
     while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) len--;
@@ -294,6 +327,7 @@ static bool convert_lines(Converter *c, FILE *in, DataWriter *w, int64_t *record
     if (ok) (*records)++;
     if (ok && c->rows == CONVERT_CHUNK) ok = flush_rows(c, w);
   }
+  if (got < 0) ok = false;
   if (ok && ferror(in)) ok = fail(c->err, c->err_size, "cannot read %s: %s", c->in_path,
                                   strerror(errno));
   if (ok && !header)
@@ -311,8 +345,19 @@ bool datafile_convert(const char *in_path, const char *out_path, const Schema *s
   if (sep == 0) sep = ends_with(in_path, ".csv") || ends_with(in_path, ".CSV") ? ',' : '\t';
   if (sep == ' ' || sep == '\n' || sep == '\r')
     return fail(err, err_size, "'%c' cannot separate columns: it separates values", sep);
-  FILE *in = fopen(in_path, "r");
-  if (!in) return fail(err, err_size, "cannot open %s: %s", in_path, strerror(errno));
+  // A regular file only: a FIFO is refused rather than waited on, and the output may not be
+  // the input.
+  int fd = file_open_input(in_path, "input", MAX_INPUT_BYTES, NULL, err, err_size);
+  if (fd < 0) return false;
+  if (!file_refuse_same(out_path, in_path, err, err_size)) {
+    close(fd);
+    return false;
+  }
+  FILE *in = fdopen(fd, "r");
+  if (!in) {
+    close(fd);
+    return fail(err, err_size, "cannot open %s: %s", in_path, strerror(errno));
+  }
   DataWriter *w = datafile_create(out_path, s, err, err_size);
   if (!w) {
     fclose(in);

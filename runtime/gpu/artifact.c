@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "crc32.h"
+#include "file_io.h"
 
 static const char MAGIC[8] = {'G', 'E', 'M', 'C', 'A', 'R', 'T', '1'};
 enum { TAG_VERSION = 1, TAG_MODEL = 2, TAG_PLAN = 3, TAG_SOURCE = 4, TAG_CUBIN = 5 };
@@ -49,37 +50,6 @@ static void out_section(Out *o, uint32_t tag, const void *a, size_t na, const vo
   out_put(o, b, nb);
 }
 
-static bool write_file_atomic(const char *path, const void *data, size_t n, char *err,
-                              size_t err_size) {
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-    return false;
-  }
-  const char *p = data;
-  size_t left = n;
-  bool ok = true;
-  while (ok && left > 0) {
-    ssize_t w = write(fd, p, left);
-    if (w < 0 && errno == EINTR) continue;
-    ok = w > 0;
-    if (ok) {
-      p += w;
-      left -= (size_t)w;
-    }
-  }
-  ok = ok && fsync(fd) == 0;
-  ok = close(fd) == 0 && ok;
-  ok = ok && rename(tmp, path) == 0;
-  if (!ok) {
-    snprintf(err, err_size, "cannot write %s: %s", path, strerror(errno));
-    unlink(tmp);
-  }
-  return ok;
-}
-
 bool artifact_write(const char *path, const Artifact *a, char *err, size_t err_size) {
   Out o = {0};
   out_put(&o, MAGIC, 8);
@@ -98,7 +68,7 @@ bool artifact_write(const char *path, const Artifact *a, char *err, size_t err_s
     out_section(&o, TAG_CUBIN, c->arch, strlen(c->arch) + 1, c->image, c->size);
   }
   out_u32(&o, crc32_update(0, o.data, o.len));
-  bool ok = write_file_atomic(path, o.data, o.len, err, err_size);
+  bool ok = file_write_atomic(path, o.data, o.len, err, err_size);
   free(o.data);
   return ok;
 }
@@ -123,29 +93,15 @@ static char *dup_text(const unsigned char *p, size_t n) {
   return s;
 }
 
+// The reader's cap: an artifact holds a plan and a cubin per arch, far below it.
+static const int64_t MAX_ARTIFACT_BYTES = (int64_t)1 << 30;  // 1 GiB
+
 static bool read_all(const char *path, unsigned char **data, size_t *n, char *reason,
                      size_t err_size) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(reason, err_size, "cannot read artifact %s: %s", path, strerror(errno));
+  char *text = NULL;
+  if (!file_read_all(path, "artifact", MAX_ARTIFACT_BYTES, &text, n, reason, err_size))
     return false;
-  }
-  size_t cap = 1 << 16, len = 0;
-  unsigned char *buf = malloc(cap);
-  size_t got;
-  while ((got = fread(buf + len, 1, cap - len, f)) > 0) {
-    len += got;
-    if (len == cap) buf = realloc(buf, cap *= 2);
-  }
-  bool err = ferror(f) != 0;
-  fclose(f);
-  if (err) {
-    free(buf);
-    snprintf(reason, err_size, "cannot read artifact %s", path);
-    return false;
-  }
-  *data = buf;
-  *n = len;
+  *data = (unsigned char *)text;
   return true;
 }
 

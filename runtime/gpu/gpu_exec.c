@@ -13,6 +13,7 @@
 
 #include "checked.h"
 #include "cublaslt.h"
+#include "gpu_helpers_ptx.h"
 #include "gpu_optstate.h"
 #include "gpu_tiles.h"
 #include "numerics.h"
@@ -92,6 +93,12 @@ struct GpuExec {
   bool capture_failed;        // the last launch_graphed failed while capturing (nothing ran)
   GpuExecStats stats;
   int64_t step_calls;
+
+  // The divergence guard, loaded on first use: gpu_helpers.cu's count kernel and its counters.
+  CUmodule guard_module;
+  CUfunction guard_fn;
+  CUdeviceptr guard_counts;   // 2 x u64 per checked buffer
+  int guard_cap;
 };
 
 // --- small helpers ----------------------------------------------------------------------
@@ -359,6 +366,8 @@ void gpu_exec_free(GpuExec *g) {
     free(sl->tile_count);
     free(sl->tile_offset);
   }
+  if (g->guard_counts) d->cuMemFree(g->guard_counts);
+  if (g->guard_module) d->cuModuleUnload(g->guard_module);
   for (int m = 0; m < g->nmodules; m++) d->cuModuleUnload(g->modules[m]);
   free(g->modules);
   free(g->launch_fn);
@@ -982,6 +991,105 @@ bool gpu_exec_download_optstate(GpuExec *g, int t, OptimState *s, char *err, siz
 bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *err,
                               size_t err_size) {
   return transfer_optstate(g, t, s, true, err, err_size);
+}
+
+// --- the divergence guard ---------------------------------------------------------------
+
+typedef struct Checked {
+  int tensor, slot;
+  CUdeviceptr p;
+  int64_t numel;
+  int kind;  // gemc_count_nonfinite's: 0 fp32, 1 bf16, 2 fp16
+} Checked;
+
+static int guard_kind(DType dt) {
+  return dt == DT_FP16 ? 2 : gpu_dtype_bytes(dt) == 2 ? 1 : 0;
+}
+
+// The buffers gpu_exec_check_finite looks at, into list (malloc'd); returns how many.
+static int guard_list(GpuExec *g, bool grads, Checked **list) {
+  const Ir *ir = g->ir;
+  int n = 0, cap = 16;
+  Checked *l = xcalloc((size_t)cap, sizeof *l);
+  for (int t = 0; t < ir->ntensors; t++) {
+    const Tensor *tt = &ir->tensors[t];
+    if (tt->kind != TENSOR_PARAM && tt->kind != TENSOR_TABLE) continue;
+    for (int slot = -1; slot < GPU_OPTSTATE_SLOTS; slot++) {
+      Checked c = {.tensor = t, .slot = slot};
+      if (grads) {
+        int gt = ir_grad_of(ir, t);
+        if (slot >= 0 || tt->kind != TENSOR_PARAM || gt < 0 || !tensor_addr(g, gt, &c.p) ||
+            ir->tensors[gt].layout == LAYOUT_ROWS)
+          continue;
+        c.numel = stored_numel(g, gt);
+        c.kind = guard_kind(ir->tensors[gt].dtype);
+      } else if (slot < 0) {
+        if (!tensor_addr(g, t, &c.p)) continue;
+        c.numel = stored_numel(g, t);
+        c.kind = guard_kind(tt->dtype);
+      } else {
+        c.numel = gpu_optstate_numel(g->p, t, slot);
+        if (c.numel <= 0) continue;
+        c.p = g->buffers[g->p->optstate_buffer[2 * t + slot]];
+      }
+      if (c.numel <= 0) continue;
+      if (n == cap) l = xrealloc(l, (size_t)(cap *= 2) * sizeof *l);
+      l[n++] = c;
+    }
+  }
+  *list = l;
+  return n;
+}
+
+bool gpu_exec_check_finite(GpuExec *g, bool grads, GpuNonFinite *first, char *err,
+                           size_t err_size) {
+  const CudaDriver *d = g->d;
+  memset(first, 0, sizeof *first);
+  first->tensor = -1;
+  if (!g->guard_fn &&
+      !(CU_CHECK(d->cuModuleLoadData(&g->guard_module, gpu_helpers_ptx)) &&
+        CU_CHECK(d->cuModuleGetFunction(&g->guard_fn, g->guard_module,
+                                        "gemc_count_nonfinite"))))
+    return fail(err, err_size, "loading the finite-check kernel: %s", cuda_last_error());
+  Checked *list;
+  int n = guard_list(g, grads, &list);
+  bool ok = true;
+  if (n > g->guard_cap) {
+    if (g->guard_counts) d->cuMemFree(g->guard_counts);
+    g->guard_counts = 0;
+    g->guard_cap = 0;
+    if (!alloc_device(g, &g->guard_counts, (size_t)n * 16, "the finite-check counters", err,
+                      err_size)) {
+      free(list);
+      return false;
+    }
+    g->guard_cap = n;
+  }
+  uint64_t *counts = xcalloc((size_t)n * 2 + 2, sizeof *counts);
+  ok = ok && (n == 0 || CU_CHECK(d->cuMemsetD8Async(g->guard_counts, 0, (size_t)n * 16,
+                                                     g->compute)));
+  for (int i = 0; ok && i < n; i++) {
+    CUdeviceptr out = g->guard_counts + (CUdeviceptr)i * 16;
+    long long numel = list[i].numel;
+    int kind = list[i].kind;
+    void *params[] = {&list[i].p, &numel, &kind, &out};
+    int64_t blocks = (numel + 255) / 256;
+    if (blocks > 1024) blocks = 1024;
+    ok = CU_CHECK(d->cuLaunchKernel(g->guard_fn, (unsigned)blocks, 1, 1, 256, 1, 1, 0,
+                                    g->compute, params, NULL));
+  }
+  ok = ok && (n == 0 || CU_CHECK(d->cuMemcpyDtoHAsync(counts, g->guard_counts, (size_t)n * 16,
+                                                      g->compute))) &&
+       CU_CHECK(d->cuStreamSynchronize(g->compute));
+  for (int i = 0; ok && i < n && first->tensor < 0; i++) {
+    if (counts[2 * i] == 0 && counts[2 * i + 1] == 0) continue;
+    *first = (GpuNonFinite){list[i].tensor, list[i].slot, (int64_t)counts[2 * i],
+                            (int64_t)counts[2 * i + 1], list[i].numel};
+  }
+  free(counts);
+  free(list);
+  return ok || fail(err, err_size, "checking the %s for NaN and infinite values: %s",
+                    grads ? "gradients" : "parameters", cuda_last_error());
 }
 
 int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }

@@ -82,6 +82,20 @@ bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *n
 bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, char *err,
                            size_t err_size);
 
+// The divergence guard (docs/train.md): counts the NaN and infinite values on the device, one
+// small reduction kernel per buffer (runtime/gpu/gpu_helpers.cu) and one read-back of the
+// counts, never the buffers. !grads: every parameter and table, then its optimizer state;
+// grads: the gradients of the dense parameters of the step just run. Waits for the compute
+// stream. `first` gets the first buffer, in tensor order, that holds any (first->tensor -1
+// when none does): slot -1 is the values (or the gradient), 0 and 1 the optimizer-state slots
+// of gpu_optstate.h.
+typedef struct GpuNonFinite {
+  int tensor, slot;
+  int64_t nan, inf, numel;
+} GpuNonFinite;
+bool gpu_exec_check_finite(GpuExec *g, bool grads, GpuNonFinite *first, char *err,
+                           size_t err_size);
+
 int gpu_exec_ntasks(const GpuExec *g);
 const float *gpu_exec_task_probs(const GpuExec *g, int task);  // after gpu_exec_finish
 

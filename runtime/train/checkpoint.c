@@ -12,14 +12,17 @@
 //                 then per entry: u32 name length, the name, u64 data size, the data
 //      end-8   8  FNV-1a 64 of every byte before it
 //
-// Saving writes a temporary file in DIR, fsyncs it, renames it over the old checkpoint and
-// fsyncs DIR, so a crash leaves either the old file or the new one. Loading checks the magic,
-// the version, the size (truncation), the checksum, the model key and then that the entries
-// are exactly the ones asked for, before it writes a single byte into the caller's buffers.
+// Saving writes a temporary file in DIR (file_io.h's AtomicFile), fsyncs it, renames it over
+// the old checkpoint and fsyncs DIR, so a crash leaves either the old file or the new one.
+// Loading opens the file once (a save racing it renames a new file in; the open one stays
+// whole), checks the magic, the version, the size (truncation), the checksum, the model key,
+// that the entries are exactly the ones asked for and that the float entries that must be
+// finite are, before it writes a single byte into the caller's buffers.
 #include "checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +31,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "file_io.h"
 #include "hash.h"
 #include "internal_error.h"
 
@@ -39,10 +43,7 @@ enum {
   MAX_MODEL_NAME = 127,
   MAX_ENTRY_NAME = 4096,
 };
-
-static void file_path(char *buf, size_t size, const char *dir) {
-  snprintf(buf, size, "%s/%s", dir, CHECKPOINT_FILE);
-}
+static const int64_t MAX_CHECKPOINT_BYTES = (int64_t)1 << 40;  // 1 TiB
 
 static void put_u32(unsigned char *p, uint32_t v) {
   for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
@@ -63,34 +64,26 @@ static uint64_t get_u64(const unsigned char *p) {
 
 // --- saving -----------------------------------------------------------------------------
 
-// A buffered writer to a file descriptor that hashes what it writes. The first error sticks.
+// A buffered writer to an AtomicFile that hashes what it writes. The first error sticks.
 typedef struct Writer {
-  int fd;
+  AtomicFile *out;
   unsigned char buf[1 << 16];
   size_t used;
   uint64_t hash;
-  int error;  // errno of the first failure, 0 when none
+  bool failed;
+  char err[512];
 } Writer;
 
 static void writer_flush(Writer *w) {
-  size_t done = 0;
-  while (w->error == 0 && done < w->used) {
-    ssize_t got = write(w->fd, w->buf + done, w->used - done);
-    if (got < 0) {
-      if (errno != EINTR) w->error = errno;
-    } else if (got == 0) {
-      w->error = EIO;
-    } else {
-      done += (size_t)got;
-    }
-  }
+  if (!w->failed && w->used > 0)
+    w->failed = !atomic_write(w->out, w->buf, w->used, w->err, sizeof w->err);
   w->used = 0;
 }
 
 static void writer_put(Writer *w, const void *data, size_t n) {
   const unsigned char *p = data;
   w->hash = fnv1a64(w->hash, data, n);
-  while (n > 0 && w->error == 0) {
+  while (n > 0 && !w->failed) {
     size_t room = sizeof w->buf - w->used;
     size_t take = n < room ? n : room;
     memcpy(w->buf + w->used, p, take);
@@ -101,41 +94,12 @@ static void writer_put(Writer *w, const void *data, size_t n) {
   }
 }
 
-// mkdir -p: creates DIR and any missing parent.
-static bool make_dirs(const char *dir, char *err, size_t err_size) {
-  char path[4096];
-  if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path)
-    return fail(err, err_size, "checkpoint directory name is too long: %s", dir);
-  for (char *p = path + 1; *p; p++) {
-    if (*p != '/') continue;
-    *p = '\0';
-    if (mkdir(path, 0777) != 0 && errno != EEXIST)
-      return fail(err, err_size, "cannot create checkpoint directory %s: %s", path,
-                  strerror(errno));
-    *p = '/';
-  }
-  if (mkdir(path, 0777) != 0 && errno != EEXIST)
-    return fail(err, err_size, "cannot create checkpoint directory %s: %s", dir,
-                strerror(errno));
-  struct stat st;
-  if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-    return fail(err, err_size, "checkpoint directory %s is not a directory", dir);
-  return true;
-}
-
-static bool fsync_dir(const char *dir) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return false;
-  bool ok = fsync(fd) == 0;
-  close(fd);
-  return ok;
-}
-
 bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int64_t step,
                      const CkptEntry *e, int n, char *err, size_t err_size) {
   size_t name_len = strlen(model);
   if (name_len > MAX_MODEL_NAME)
     return fail(err, err_size, "model name '%s' is too long for a checkpoint", model);
+  GEMC_ASSERT(step >= 0);
   uint64_t total = HEADER_SIZE + name_len + TRAILER_SIZE;
   for (int i = 0; i < n; i++) {
     size_t len = strlen(e[i].name);
@@ -144,18 +108,20 @@ bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int
     for (int j = 0; j < i; j++) GEMC_ASSERT(strcmp(e[i].name, e[j].name) != 0);
     total += 4 + len + 8 + e[i].size;
   }
-  if (!make_dirs(dir, err, err_size)) return false;
+  if (total > (uint64_t)MAX_CHECKPOINT_BYTES)
+    return fail(err, err_size, "cannot write a checkpoint to %s: it would be %llu bytes, over "
+                "the 1 TiB a checkpoint may be", dir, (unsigned long long)total);
+  if (!file_make_dirs(dir, "checkpoint directory", err, err_size)) return false;
 
-  char final_path[4200], temp_path[4200];
-  file_path(final_path, sizeof final_path, dir);
-  snprintf(temp_path, sizeof temp_path, "%s/.%s.XXXXXX", dir, CHECKPOINT_FILE);
-  int fd = mkstemp(temp_path);
-  if (fd < 0)
-    return fail(err, err_size, "cannot create a temporary file in %s: %s", dir,
-                strerror(errno));
+  char final_path[4200];
+  if (snprintf(final_path, sizeof final_path, "%s/%s", dir, CHECKPOINT_FILE) >=
+      (int)sizeof final_path)
+    return fail(err, err_size, "checkpoint directory name is too long: %s", dir);
+  AtomicFile out;
+  if (!atomic_begin(&out, final_path, err, err_size)) return false;
 
   Writer *w = xcalloc(1, sizeof *w);
-  w->fd = fd;
+  w->out = &out;
   w->hash = FNV1A64_INIT;
 
   unsigned char header[HEADER_SIZE];
@@ -183,27 +149,22 @@ bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int
   writer_put(w, trailer, sizeof trailer);
   writer_flush(w);
 
-  int error = w->error;
-  free(w);
-  if (error == 0 && fsync(fd) != 0) error = errno;
-  if (close(fd) != 0 && error == 0) error = errno;
-  if (error == 0 && rename(temp_path, final_path) != 0) error = errno;
-  if (error != 0) {
-    unlink(temp_path);
-    return fail(err, err_size, "cannot write checkpoint %s: %s (the previous one, if any, is "
-                "unchanged)", final_path, strerror(error));
+  bool ok = !w->failed;
+  if (!ok) {
+    fail(err, err_size, "cannot write checkpoint %s: %s (the previous one, if any, is "
+         "unchanged)", final_path, strerror(out.error ? out.error : EIO));
+    atomic_abort(&out);
   }
-  if (!fsync_dir(dir))
-    return fail(err, err_size, "cannot fsync checkpoint directory %s: %s", dir,
-                strerror(errno));
-  return true;
+  free(w);
+  return ok && atomic_commit(&out, err, err_size);
 }
 
 // --- loading ----------------------------------------------------------------------------
 
-// The verified directory of a checkpoint file: everything but the entries' data.
-typedef struct Index {
-  FILE *f;
+// An open, verified checkpoint file: everything but the entries' data, and the descriptor
+// the data is read from.
+struct CkptFile {
+  int fd;
   char path[4200];
   char model[MAX_MODEL_NAME + 1];
   uint64_t model_key;
@@ -212,38 +173,53 @@ typedef struct Index {
   char **names;
   uint64_t *sizes;
   uint64_t *offsets;  // where each entry's data starts in the file
-} Index;
+};
 
-static void index_free(Index *x) {
-  if (x->f) fclose(x->f);
+static void index_free(CkptFile *x) {
+  if (x->fd >= 0) close(x->fd);
   for (int i = 0; i < x->n; i++) free(x->names[i]);
   free(x->names);
   free(x->sizes);
   free(x->offsets);
-  memset(x, 0, sizeof *x);
+  free(x);
 }
 
-// Reads exactly n bytes; the size was checked, so a short read is an I/O error.
-static bool read_exact(Index *x, void *buf, size_t n, char *err, size_t err_size) {
-  if (fread(buf, 1, n, x->f) == n) return true;
-  return fail(err, err_size, "cannot read checkpoint %s: %s", x->path,
-              ferror(x->f) ? strerror(errno) : "unexpected end of file");
+// Reads exactly n bytes at `at`; the size was checked, so a short read is an I/O error.
+static bool read_exact(CkptFile *x, void *buf, size_t n, uint64_t at, char *err,
+                       size_t err_size) {
+  unsigned char *p = buf;
+  while (n > 0) {
+    ssize_t got = pread(x->fd, p, n, (off_t)at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0)
+      return fail(err, err_size, "cannot read checkpoint %s: %s", x->path,
+                  got < 0 ? strerror(errno) : "unexpected end of file");
+    p += got;
+    n -= (size_t)got;
+    at += (uint64_t)got;
+  }
+  return true;
 }
 
 // Checks magic, version, size and checksum, then reads the directory of entries.
-static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
-  memset(x, 0, sizeof *x);
-  file_path(x->path, sizeof x->path, dir);
-  x->f = fopen(x->path, "rb");
-  if (!x->f)
-    return fail(err, err_size, "cannot open checkpoint %s: %s", x->path, strerror(errno));
-  struct stat st;
-  if (fstat(fileno(x->f), &st) != 0 || !S_ISREG(st.st_mode))
-    return fail(err, err_size, "checkpoint %s is not a regular file", x->path);
-  uint64_t actual = (uint64_t)st.st_size;
+static bool index_open(CkptFile *x, const char *dir, char *err, size_t err_size) {
+  x->fd = -1;
+  if (snprintf(x->path, sizeof x->path, "%s/%s", dir, CHECKPOINT_FILE) >= (int)sizeof x->path)
+    return fail(err, err_size, "checkpoint directory name is too long: %s", dir);
+  int64_t size = 0;
+  char reason[512];
+  x->fd = file_open_input(x->path, "checkpoint", MAX_CHECKPOINT_BYTES, &size, reason,
+                          sizeof reason);
+  if (x->fd < 0) {
+    // "cannot open checkpoint PATH: ..." as before for a missing file.
+    return fail(err, err_size, "%s", reason);
+  }
+  uint64_t actual = (uint64_t)size;
 
   unsigned char header[HEADER_SIZE];
-  size_t got = fread(header, 1, sizeof header, x->f);
+  memset(header, 0, sizeof header);
+  size_t got = actual < HEADER_SIZE ? (size_t)actual : HEADER_SIZE;
+  if (!read_exact(x, header, got, 0, err, err_size)) return false;
   size_t magic_bytes = got < 8 ? got : 8;
   if (memcmp(header, magic, magic_bytes) != 0)
     return fail(err, err_size, "%s is not a gemc checkpoint (wrong magic number)", x->path);
@@ -265,34 +241,39 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
 
   // The checksum, over the whole file in one pass.
   unsigned char *chunk = xmalloc(1 << 20);
-  rewind(x->f);
-  uint64_t hash = FNV1A64_INIT, left = actual - TRAILER_SIZE;
+  uint64_t hash = FNV1A64_INIT, left = actual - TRAILER_SIZE, at = 0;
   bool ok = true;
   while (ok && left > 0) {
     size_t take = left < (1u << 20) ? (size_t)left : (1u << 20);
-    ok = read_exact(x, chunk, take, err, err_size);
+    ok = read_exact(x, chunk, take, at, err, err_size);
     hash = fnv1a64(hash, chunk, take);
     left -= take;
+    at += take;
   }
   unsigned char trailer[8];
-  ok = ok && read_exact(x, trailer, sizeof trailer, err, err_size);
+  ok = ok && read_exact(x, trailer, sizeof trailer, at, err, err_size);
   free(chunk);
   if (!ok) return false;
   if (get_u64(trailer) != hash)
     return fail(err, err_size, "checkpoint %s is corrupt: its checksum does not match its "
                 "contents", x->path);
 
-  // The directory. The checksum matched, so only a writer bug could make it inconsistent;
-  // it is still checked, since a crash is never the answer to a bad file.
+  // The directory. The checksum matched, so only a writer bug (or a forged file) could make
+  // it inconsistent; it is still checked, since a crash is never the answer to a bad file.
   uint32_t name_len = get_u32(header + 12);
   x->model_key = get_u64(header + 24);
-  x->step = (int64_t)get_u64(header + 32);
+  uint64_t step = get_u64(header + 32);
   uint32_t n = get_u32(header + 40);
   uint64_t pos = HEADER_SIZE + (uint64_t)name_len, end = actual - TRAILER_SIZE;
   if (name_len > MAX_MODEL_NAME || pos > end || n > end / 12)
     return fail(err, err_size, "checkpoint %s is corrupt: bad header", x->path);
-  if (fseek(x->f, HEADER_SIZE, SEEK_SET) != 0 || !read_exact(x, x->model, name_len, err, err_size))
-    return false;
+  // Every step leaves a loss (8 bytes) in the file, so a sane step is below its size.
+  if (step > actual / 8)
+    return fail(err, err_size, "checkpoint %s is corrupt: step %llu is out of range (the file "
+                "of %llu bytes cannot hold its history)", x->path, (unsigned long long)step,
+                (unsigned long long)actual);
+  x->step = (int64_t)step;
+  if (!read_exact(x, x->model, name_len, HEADER_SIZE, err, err_size)) return false;
   x->model[name_len] = '\0';
   x->names = xcalloc(n, sizeof *x->names);
   x->sizes = xcalloc(n, sizeof *x->sizes);
@@ -301,8 +282,7 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
     unsigned char word[8];
     if (end - pos < 4) return fail(err, err_size, "checkpoint %s is corrupt: entry %u runs "
                                    "past the end", x->path, i);
-    if (fseek(x->f, (long)pos, SEEK_SET) != 0 || !read_exact(x, word, 4, err, err_size))
-      return false;
+    if (!read_exact(x, word, 4, pos, err, err_size)) return false;
     uint32_t len = get_u32(word);
     pos += 4;
     if (len == 0 || len > MAX_ENTRY_NAME || end - pos < (uint64_t)len + 8)
@@ -310,9 +290,13 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
                   i);
     x->names[i] = xmalloc(len + 1);
     x->n = (int)i + 1;
-    if (!read_exact(x, x->names[i], len, err, err_size) || !read_exact(x, word, 8, err, err_size))
+    if (!read_exact(x, x->names[i], len, pos, err, err_size) ||
+        !read_exact(x, word, 8, pos + len, err, err_size))
       return false;
     x->names[i][len] = '\0';
+    if (memchr(x->names[i], '\0', len))
+      return fail(err, err_size, "checkpoint %s is corrupt: entry %u has a bad name", x->path,
+                  i);
     pos += len + 8;
     x->sizes[i] = get_u64(word);
     if (end - pos < x->sizes[i])
@@ -331,69 +315,132 @@ static bool index_open(Index *x, const char *dir, char *err, size_t err_size) {
   return true;
 }
 
-static int index_find(const Index *x, const char *name) {
+static int index_find(const CkptFile *x, const char *name) {
   for (int i = 0; i < x->n; i++)
     if (strcmp(x->names[i], name) == 0) return i;
   return -1;
 }
 
-bool checkpoint_load(const char *dir, uint64_t model_key, int64_t *step, const CkptEntry *e,
-                     int n, char *err, size_t err_size) {
-  Index x;
-  bool ok = index_open(&x, dir, err, err_size);
-  if (ok && x.model_key != model_key)
+// Reads entry k into a bounce buffer, a slice at a time, and checks its floats.
+static bool check_floats(CkptFile *x, int k, CkptCheck check, char *err, size_t err_size) {
+  if (x->sizes[k] % sizeof(float) != 0)
+    return fail(err, err_size, "checkpoint %s is corrupt: entry '%s' is not a float array",
+                x->path, x->names[k]);
+  enum { SLICE = 1 << 16 };
+  float *buf = xmalloc(SLICE * sizeof(float));
+  uint64_t count = x->sizes[k] / sizeof(float), done = 0;
+  bool ok = true;
+  while (ok && done < count) {
+    size_t take = count - done < SLICE ? (size_t)(count - done) : SLICE;
+    ok = read_exact(x, buf, take * sizeof(float), x->offsets[k] + done * sizeof(float), err,
+                    err_size);
+    for (size_t i = 0; ok && i < take; i++) {
+      if (!isfinite(buf[i]))
+        ok = fail(err, err_size, "checkpoint %s: entry '%s' holds a non-finite value (%g at "
+                  "element %llu); the training it saved had diverged, so it is not resumed",
+                  x->path, x->names[k], (double)buf[i], (unsigned long long)(done + i));
+      else if (check == CKPT_FINITE_NONNEG && buf[i] < 0)
+        ok = fail(err, err_size, "checkpoint %s is corrupt: entry '%s' holds a negative value "
+                  "(%g at element %llu), which it cannot", x->path, x->names[k],
+                  (double)buf[i], (unsigned long long)(done + i));
+    }
+    done += take;
+  }
+  free(buf);
+  return ok;
+}
+
+CkptFile *checkpoint_open(const char *dir, CkptInfo *info, char *err, size_t err_size) {
+  CkptFile *x = xcalloc(1, sizeof *x);
+  if (info) memset(info, 0, sizeof *info);
+  if (!index_open(x, dir, err, err_size)) {
+    index_free(x);
+    return NULL;
+  }
+  if (info) {
+    snprintf(info->model, sizeof info->model, "%s", x->model);
+    info->model_key = x->model_key;
+    info->step = x->step;
+    info->nentries = x->n;
+    info->names = xcalloc((size_t)x->n, sizeof *info->names);
+    info->sizes = xcalloc((size_t)x->n, sizeof *info->sizes);
+    for (int i = 0; i < x->n; i++) {
+      info->names[i] = xstrdup(x->names[i]);
+      info->sizes[i] = (size_t)x->sizes[i];
+    }
+  }
+  return x;
+}
+
+const char *checkpoint_path(const CkptFile *f) { return f->path; }
+
+bool checkpoint_read(CkptFile *x, uint64_t model_key, const CkptEntry *e, int n, char *err,
+                     size_t err_size) {
+  bool ok = true;
+  if (x->model_key != model_key)
     ok = fail(err, err_size, "checkpoint %s was written for model '%s' with other shapes or "
               "another graph (model key %016llx; this model's is %016llx); it cannot be "
-              "loaded into this model", x.path, x.model, (unsigned long long)x.model_key,
+              "loaded into this model", x->path, x->model, (unsigned long long)x->model_key,
               (unsigned long long)model_key);
   // Every entry asked for is there with its size, and there is no other.
   for (int i = 0; ok && i < n; i++) {
-    int k = index_find(&x, e[i].name);
+    int k = index_find(x, e[i].name);
     if (k < 0)
       ok = fail(err, err_size, "checkpoint %s has no entry '%s' (written by another version "
-                "of the training loop?)", x.path, e[i].name);
-    else if (x.sizes[k] != e[i].size)
+                "of the training loop?)", x->path, e[i].name);
+    else if (x->sizes[k] != e[i].size)
       ok = fail(err, err_size, "checkpoint %s: entry '%s' has %llu bytes, this model needs "
-                "%llu (other shapes)", x.path, e[i].name, (unsigned long long)x.sizes[k],
+                "%llu (other shapes)", x->path, e[i].name, (unsigned long long)x->sizes[k],
                 (unsigned long long)e[i].size);
   }
-  for (int k = 0; ok && k < x.n; k++) {
+  for (int k = 0; ok && k < x->n; k++) {
     bool wanted = false;
-    for (int i = 0; i < n && !wanted; i++) wanted = strcmp(e[i].name, x.names[k]) == 0;
+    for (int i = 0; i < n && !wanted; i++) wanted = strcmp(e[i].name, x->names[k]) == 0;
     if (!wanted)
       ok = fail(err, err_size, "checkpoint %s has an entry '%s' that this model does not have",
-                x.path, x.names[k]);
+                x->path, x->names[k]);
   }
+  for (int i = 0; ok && i < n; i++)
+    if (e[i].check != CKPT_ANY)
+      ok = check_floats(x, index_find(x, e[i].name), e[i].check, err, err_size);
   for (int i = 0; ok && i < n; i++) {
-    int k = index_find(&x, e[i].name);
-    ok = fseek(x.f, (long)x.offsets[k], SEEK_SET) == 0 &&
-         read_exact(&x, e[i].data, e[i].size, err, err_size);
+    int k = index_find(x, e[i].name);
+    ok = read_exact(x, e[i].data, e[i].size, x->offsets[k], err, err_size);
   }
-  if (ok) *step = x.step;
-  index_free(&x);
+  return ok;
+}
+
+bool checkpoint_read_entry(CkptFile *x, const char *name, void *data, size_t size, char *err,
+                           size_t err_size) {
+  int k = index_find(x, name);
+  if (k < 0)
+    return fail(err, err_size, "checkpoint %s has no entry '%s' (written by another version "
+                "of the training loop?)", x->path, name);
+  if (x->sizes[k] != size)
+    return fail(err, err_size, "checkpoint %s: entry '%s' has %llu bytes, this model needs "
+                "%llu (other shapes)", x->path, name, (unsigned long long)x->sizes[k],
+                (unsigned long long)size);
+  return read_exact(x, data, size, x->offsets[k], err, err_size);
+}
+
+void checkpoint_close(CkptFile *f) {
+  if (f) index_free(f);
+}
+
+bool checkpoint_load(const char *dir, uint64_t model_key, int64_t *step, const CkptEntry *e,
+                     int n, char *err, size_t err_size) {
+  CkptFile *x = checkpoint_open(dir, NULL, err, err_size);
+  if (!x) return false;
+  bool ok = checkpoint_read(x, model_key, e, n, err, err_size);
+  if (ok) *step = x->step;
+  checkpoint_close(x);
   return ok;
 }
 
 bool checkpoint_info(const char *dir, CkptInfo *info, char *err, size_t err_size) {
-  memset(info, 0, sizeof *info);
-  Index x;
-  if (!index_open(&x, dir, err, err_size)) {
-    index_free(&x);
-    return false;
-  }
-  snprintf(info->model, sizeof info->model, "%s", x.model);
-  info->model_key = x.model_key;
-  info->step = x.step;
-  info->nentries = x.n;
-  info->names = xcalloc((size_t)x.n, sizeof *info->names);
-  info->sizes = xcalloc((size_t)x.n, sizeof *info->sizes);
-  for (int i = 0; i < x.n; i++) {
-    info->names[i] = x.names[i];
-    x.names[i] = NULL;
-    info->sizes[i] = (size_t)x.sizes[i];
-  }
-  index_free(&x);
-  return true;
+  CkptFile *x = checkpoint_open(dir, info, err, err_size);
+  checkpoint_close(x);
+  return x != NULL;
 }
 
 void checkpoint_info_free(CkptInfo *info) {

@@ -1,8 +1,9 @@
 // checkpoint.h: training state on disk, written atomically (temp file, fsync, rename, fsync of
 // the directory) and refused with a clear error when corrupt, truncated, or made for another
 // model or other shapes. docs/train.md describes the file format.
-// defines: CkptEntry, CkptInfo, checkpoint_save, checkpoint_load, checkpoint_info,
-//          CHECKPOINT_FILE
+// defines: CkptEntry, CkptCheck, CkptInfo, CkptFile, checkpoint_save, checkpoint_open,
+//          checkpoint_read, checkpoint_close, checkpoint_load, checkpoint_info,
+//          CHECKPOINT_FILE, CHECKPOINT_LOCK
 #ifndef GEMC_CHECKPOINT_H
 #define GEMC_CHECKPOINT_H
 
@@ -13,12 +14,19 @@
 #include "ir.h"
 
 #define CHECKPOINT_FILE "checkpoint.gemc"  // the file inside the checkpoint directory
+#define CHECKPOINT_LOCK "checkpoint.lock"  // flock'ed by the training that saves there
+
+// What loading checks in an entry's data before any of it reaches the caller: nothing, or
+// that it is an array of finite fp32 values (parameters, moments), or of finite values >= 0
+// (AdamW's v, Adagrad's row sums).
+typedef enum CkptCheck { CKPT_ANY, CKPT_FINITE, CKPT_FINITE_NONNEG } CkptCheck;
 
 // One named blob of the training state: a parameter, a table, an optimizer moment, the RNG...
 typedef struct CkptEntry {
   const char *name;
   void *data;
   size_t size;  // bytes
+  CkptCheck check;
 } CkptEntry;
 
 // Writes DIR/checkpoint.gemc, creating DIR when it does not exist. `model_key` identifies the
@@ -29,7 +37,7 @@ bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int
                      const CkptEntry *e, int n, char *err, size_t err_size);
 // Reads DIR/checkpoint.gemc into the entries' buffers; every entry must be present with its
 // exact size, and no other. Returns the step. Nothing is written to the buffers unless the
-// whole file checks out.
+// whole file checks out (its checksum, its directory, each entry's CkptCheck).
 bool checkpoint_load(const char *dir, uint64_t model_key, int64_t *step, const CkptEntry *e,
                      int n, char *err, size_t err_size);
 
@@ -44,6 +52,21 @@ typedef struct CkptInfo {
   size_t *sizes;  // [nentries]
 } CkptInfo;
 bool checkpoint_info(const char *dir, CkptInfo *info, char *err, size_t err_size);
+
+// The same in two halves on one open file, for a caller that sizes its buffers from the info
+// first: a save that renames a new checkpoint in meanwhile does not change what is read.
+// checkpoint_open verifies the file (magic, version, size, checksum, directory, a step the
+// file can hold) and fills `info` (may be NULL); checkpoint_read checks the model key, the
+// entries and their CkptChecks, then fills the buffers.
+typedef struct CkptFile CkptFile;
+CkptFile *checkpoint_open(const char *dir, CkptInfo *info, char *err, size_t err_size);
+bool checkpoint_read(CkptFile *f, uint64_t model_key, const CkptEntry *e, int n, char *err,
+                     size_t err_size);
+// One entry alone, of exactly `size` bytes (to validate small fields before checkpoint_read).
+bool checkpoint_read_entry(CkptFile *f, const char *name, void *data, size_t size, char *err,
+                           size_t err_size);
+const char *checkpoint_path(const CkptFile *f);  // DIR/checkpoint.gemc
+void checkpoint_close(CkptFile *f);              // NULL is fine
 void checkpoint_info_free(CkptInfo *info);
 // The size of entry `name`, or -1 when the checkpoint has none.
 int64_t checkpoint_info_size(const CkptInfo *info, const char *name);

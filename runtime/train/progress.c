@@ -101,4 +101,15 @@ void progress_line(Progress *p, const char *fmt, ...) {
   fflush(p->out);
 }
 
+void progress_note(Progress *p, const char *fmt, ...) {
+  if (!p->err) return;
+  erase(p);
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(p->err, fmt, ap);
+  va_end(ap);
+  fputc('\n', p->err);
+  fflush(p->err);
+}
+
 void progress_end(Progress *p) { erase(p); }

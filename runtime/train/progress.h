@@ -2,7 +2,7 @@
 // redrawn in place (step, loss, NE, examples/s, ETA); otherwise a plain line about every 10%
 // of the run. Result lines (the learning curve) go to stdout, above the live line. --quiet
 // silences both.
-// defines: Progress, progress_begin, progress_step, progress_line, progress_end
+// defines: Progress, progress_begin, progress_step, progress_line, progress_note, progress_end
 #ifndef GEMC_PROGRESS_H
 #define GEMC_PROGRESS_H
 
@@ -31,6 +31,8 @@ void progress_step(Progress *p, int64_t step, double loss, double ne, double exa
                    bool shown);
 // Prints one result line (printf-style, newline added) on out, above the live line.
 void progress_line(Progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// Prints a note (a warning: printf-style, newline added) on err, above the live line.
+void progress_note(Progress *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // Erases the live line.
 void progress_end(Progress *p);
 

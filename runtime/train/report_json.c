@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "file_io.h"
 #include "internal_error.h"
 
 // --- the writer -------------------------------------------------------------------------
@@ -222,6 +223,39 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
   }
   json_end_array(w);
 
+  // The divergence guard: what stopped the run (null when nothing did), the steps that
+  // --on-nan skip skipped, and the exploding-loss warning.
+  const TrainFailure *f = trainer_failure(t);
+  json_key(w, "failure");
+  if (f->failed) {
+    json_begin_object(w);
+    key_int(w, "step", f->step);
+    key_string(w, "tensor", f->tensor);
+    key_string(w, "what", f->what);
+    key_int(w, "nan", f->nan);
+    key_int(w, "inf", f->inf);
+    key_int(w, "values", f->values);
+    key_int(w, "skipped_in_row", f->skipped_in_row);
+    key_string(w, "message", run->error);
+    json_end_object(w);
+  } else if (run->error) {
+    json_begin_object(w);
+    key_int(w, "step", trainer_step_count(t));
+    key_string(w, "tensor", NULL);
+    key_string(w, "what", "error");
+    key_string(w, "message", run->error);
+    json_end_object(w);
+  } else {
+    json_string(w, NULL);
+  }
+  int64_t nskipped = 0;
+  const int64_t *skipped = trainer_skipped_steps(t, &nskipped);
+  json_key(w, "skipped_steps");
+  json_begin_array(w);
+  for (int64_t i = 0; i < nskipped; i++) json_int(w, skipped[i]);
+  json_end_array(w);
+  key_string(w, "loss_warning", r->warning[0] ? r->warning : NULL);
+
   // The per-step losses, several to a line.
   json_key(w, "loss");
   fputc('[', w->f);
@@ -245,24 +279,23 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
 
 bool report_write_json(const char *path, const Trainer *t, const LoopResult *r,
                        const ReportRun *run, char *err, size_t err_size) {
-  size_t len = strlen(path) + 16;
-  char *temp = xmalloc(len);
-  snprintf(temp, len, "%s.tmp", path);
-  FILE *f = fopen(temp, "w");
-  if (!f) {
-    snprintf(err, err_size, "cannot write report %s: %s", path, strerror(errno));
-    free(temp);
-    return false;
-  }
+  // The JSON is built in memory, then written atomically (a temp file beside PATH, fsync,
+  // rename: compiler/base/file_io.h), so a failed write never leaves a partial report.
+  char *text = NULL;
+  size_t n = 0;
+  FILE *f = open_memstream(&text, &n);
+  if (!f) return fail(err, err_size, "cannot write report %s: %s", path, strerror(errno));
   JsonWriter w = {.f = f};
   write_report(&w, t, r, run);
   bool ok = !ferror(f);
   if (fclose(f) != 0) ok = false;
-  if (ok && rename(temp, path) != 0) ok = false;
   if (!ok) {
-    snprintf(err, err_size, "cannot write report %s: %s", path, strerror(errno));
-    unlink(temp);
+    free(text);
+    return fail(err, err_size, "cannot write report %s: %s", path, strerror(errno));
   }
-  free(temp);
-  return ok;
+  char reason[512];
+  ok = file_write_atomic(path, text, n, reason, sizeof reason);
+  free(text);
+  if (!ok) return fail(err, err_size, "cannot write report %s: %s", path, reason);
+  return true;
 }

@@ -22,6 +22,7 @@ typedef struct ReportRun {
   int64_t resumed_from;        // the step the run resumed at; -1 when it did not resume
   const char *resume_dir;
   const char *save_dir;
+  const char *error;           // the loop's error when it failed (the report's "failure")
 } ReportRun;
 
 // Writes the report to `path` (replaced whole: a temp file, then a rename).

@@ -82,6 +82,13 @@ struct Trainer {
   Tensor *gpu_tensors;    // gpu_ir's tensors (owned), when overrides are given
   bool gpu_prefetched;
   float **gpu_labels;    // [ntasks][B]
+
+  // The divergence guard.
+  TrainFailure failure;
+  bool skipped;            // the last step skipped its update
+  int64_t skipped_in_row;
+  int64_t *skipped_steps;  // this run's, [nskipped]
+  int64_t nskipped, cap_skipped;
 };
 
 static double now_seconds(void) {
@@ -256,6 +263,12 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
   ir->batch = t->B;
   schema_from_ir(ir, &t->schema);
 
+  // Both backends start from the CPU executor's parameters: refuse a model that cannot fit
+  // before allocating anything large.
+  if (!cpu_exec_check_fit(ir, EXEC_F32, t->B, err, err_size)) {
+    free(t);
+    return NULL;
+  }
   t->x = cpu_exec_new(ir, EXEC_F32);
   cpu_exec_init_params(t->x, o->seed);
   setup_optimizers(t);
@@ -310,6 +323,7 @@ void trainer_free(Trainer *t) {
   free(t->gpu_tensors);  // after the session: its plan points into gpu_ir
   for (int k = 0; t->gpu_labels && k < t->ntasks; k++) free(t->gpu_labels[k]);
   free(t->gpu_labels);
+  free(t->skipped_steps);
   free(t);
 }
 
@@ -371,6 +385,220 @@ static void apply_optimizers(Trainer *t) {
   }
 }
 
+// --- the divergence guard ---------------------------------------------------------------
+
+static void count_nonfinite(const float *v, int64_t n, int64_t *nan, int64_t *inf) {
+  for (int64_t i = 0; i < n; i++) {
+    if (isnan(v[i])) (*nan)++;
+    else if (isinf(v[i])) (*inf)++;
+  }
+}
+
+// What to lower: the dense learning rate, and for a table's values or state also --table-lr.
+static void lr_hint(const Trainer *t, const char *tensor, char *buf, size_t size) {
+  bool table = strncmp(tensor, "table:", 6) == 0 || strncmp(tensor, "adagrad.", 8) == 0;
+  snprintf(buf, size, "try a lower --lr (this run's is %g)%s", t->dense_optim.lr,
+           table ? " or --table-lr" : "");
+}
+
+// "the loss is NaN", "table:items holds 64000 NaN and 0 infinite values (of 64000)".
+static void describe(const char *tensor, int64_t nan, int64_t inf, int64_t values, char *buf,
+                     size_t size) {
+  if (strcmp(tensor, "loss") == 0)
+    snprintf(buf, size, "the loss is %s", nan > 0 ? "NaN" : "infinite");
+  else
+    snprintf(buf, size, "%s holds %" PRId64 " NaN and %" PRId64 " infinite values (of %" PRId64
+             ")", tensor, nan, inf, values);
+}
+
+static void record_failure(Trainer *t, int64_t step, const char *tensor, int64_t nan,
+                           int64_t inf, int64_t values) {
+  TrainFailure *f = &t->failure;
+  f->failed = true;
+  f->step = step;
+  snprintf(f->tensor, sizeof f->tensor, "%s", tensor);
+  f->what = nan > 0 ? "NaN" : "Inf";
+  f->nan = nan;
+  f->inf = inf;
+  f->values = values;
+  f->skipped_in_row = t->skipped_in_row;
+}
+
+// The test hook: this step's loss counts as NaN.
+static bool test_nan(const Trainer *t) {
+  int64_t s = t->step + 1;
+  return t->opt.test_nan_count > 0 && s >= t->opt.test_nan_first &&
+         s < t->opt.test_nan_first + t->opt.test_nan_count;
+}
+
+// The step being taken has a non-finite loss or gradient, `tensor`. --on-nan stop: fails,
+// recording it. --on-nan skip=N: returns true, the step to be skipped, unless it is the N-th
+// such step in a row.
+static bool guard_step(Trainer *t, const char *tensor, int64_t nan, int64_t inf,
+                       int64_t values, char *err, size_t err_size) {
+  int64_t step = t->step + 1, n = t->opt.on_nan_skip;
+  if (n > 0 && t->skipped_in_row + 1 < n) {
+    t->skipped_in_row++;
+    if (t->nskipped == t->cap_skipped) {
+      t->cap_skipped = t->cap_skipped ? 2 * t->cap_skipped : 16;
+      t->skipped_steps = xrealloc(t->skipped_steps, (size_t)t->cap_skipped * sizeof(int64_t));
+    }
+    t->skipped_steps[t->nskipped++] = step;
+    return true;
+  }
+  if (n > 0) t->skipped_in_row++;
+  record_failure(t, step, tensor, nan, inf, values);
+  char bad[320], hint[96];
+  describe(tensor, nan, inf, values, bad, sizeof bad);
+  lr_hint(t, tensor, hint, sizeof hint);
+  if (n > 0)
+    return fail(err, err_size, "training diverged at step %" PRId64 ": %s (%" PRId64
+                " non-finite steps in a row; --on-nan skip=%" PRId64 " stops there); %s", step,
+                bad, n, n, hint);
+  return fail(err, err_size, "training diverged at step %" PRId64 ": %s; %s", step, bad, hint);
+}
+
+// A skipped step leaves the parameters, the tables and the optimizer moments as they were;
+// only AdamW's step count advances, as it does on the GPU, whose optimizer launches take the
+// training step (so a checkpoint reads the same from either backend).
+static void skip_update(Trainer *t) {
+  for (int i = 0; i < t->ntrained; i++)
+    if (ir_grad_of(t->ir, t->trained[i].tensor) >= 0) t->trained[i].st.step++;
+  t->skipped = true;
+}
+
+// --on-nan skip on the CPU: the first gradient that is not finite; false when all are.
+static bool cpu_bad_grad(Trainer *t, char *name, size_t size, int64_t *nan, int64_t *inf,
+                         int64_t *values) {
+  for (int i = 0; i < t->ntrained; i++) {
+    Trained *p = &t->trained[i];
+    int64_t nrows = 0;
+    const int64_t *row_ids = NULL;
+    const float *g = cpu_exec_grad(t->x, p->tensor, &nrows, &row_ids);
+    if (!g) continue;
+    *values = p->table ? nrows * p->dim : p->numel;
+    *nan = *inf = 0;
+    count_nonfinite(g, *values, nan, inf);
+    if (*nan + *inf == 0) continue;
+    snprintf(name, size, "grad:%s", t->ir->tensors[p->tensor].name);
+    return true;
+  }
+  return false;
+}
+
+// The state's entry names, as in a checkpoint: "table:items", "adamw.v:w1", ...
+static void state_name(const Trainer *t, const Trained *p, int slot, char *buf, size_t size) {
+  const char *kind = slot < 0 ? (p->table ? "table" : "param")
+                     : slot == 1 ? "adamw.v"
+                     : p->st.cfg.kind == OPTIM_ADAMW ? "adamw.m" : "adagrad.rowsum";
+  snprintf(buf, size, "%s:%s", kind, t->ir->tensors[p->tensor].name);
+}
+
+static bool gpu_check_state(Trainer *t, char *name, size_t size, int64_t *nan, int64_t *inf,
+                            int64_t *values, bool *bad, char *err, size_t err_size) {
+  int tensor = -1, slot = -1;
+  if (!gpu_session_check_finite(t->gpu, false, &tensor, &slot, nan, inf, values, err, err_size))
+    return false;
+  *bad = tensor >= 0;
+  for (int i = 0; *bad && i < t->ntrained; i++)
+    if (t->trained[i].tensor == tensor) state_name(t, &t->trained[i], slot, name, size);
+  return true;
+}
+
+bool trainer_check_finite(Trainer *t, char *err, size_t err_size) {
+  char name[192] = "";
+  int64_t nan = 0, inf = 0, values = 0;
+  bool bad = false;
+  if (t->gpu) {
+    if (!gpu_check_state(t, name, sizeof name, &nan, &inf, &values, &bad, err, err_size))
+      return false;
+  }
+  for (int i = 0; !t->gpu && !bad && i < t->ntrained; i++) {
+    const Trained *p = &t->trained[i];
+    const float *arrays[3] = {cpu_exec_data(t->x, p->tensor), p->st.m ? p->st.m : p->st.rowsum,
+                              p->st.v};
+    int64_t lens[3] = {p->numel, p->st.n, p->st.n};
+    for (int k = 0; !bad && k < 3; k++) {
+      if (!arrays[k]) continue;
+      nan = inf = 0;
+      count_nonfinite(arrays[k], lens[k], &nan, &inf);
+      if (nan + inf == 0) continue;
+      bad = true;
+      values = lens[k];
+      state_name(t, p, k - 1, name, sizeof name);
+    }
+  }
+  if (!bad) return true;
+  record_failure(t, t->step, name, nan, inf, values);
+  char what[320], hint[96];
+  describe(name, nan, inf, values, what, sizeof what);
+  lr_hint(t, name, hint, sizeof hint);
+  return fail(err, err_size, "training diverged: after step %" PRId64 ", %s; %s", t->step, what,
+              hint);
+}
+
+const TrainFailure *trainer_failure(const Trainer *t) { return &t->failure; }
+bool trainer_step_skipped(const Trainer *t) { return t->skipped; }
+const int64_t *trainer_skipped_steps(const Trainer *t, int64_t *n) {
+  *n = t->nskipped;
+  return t->skipped_steps;
+}
+
+// One step on the GPU with --on-nan skip: forward and backward, then the loss and the dense
+// gradients are checked (on the device) before the optimizer is launched, or not. The next
+// batch is uploaded while the update runs.
+static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_size) {
+  if (!t->gpu_prefetched &&
+      (!next_training_batch(t, err, err_size) ||
+       !gpu_session_set_batch(t->gpu, &t->batch, err, err_size)))
+    return false;
+  t->gpu_prefetched = false;
+  t->flops += step_flops(t->ir, &t->batch, true);
+  for (int k = 0; k < t->ntasks; k++)
+    memcpy(t->gpu_labels[k], task_labels(t, k), (size_t)t->B * sizeof(float));
+  double l;
+  if (!gpu_session_launch_grads(t->gpu, err, err_size) ||
+      !gpu_session_finish(t->gpu, &l, err, err_size))
+    return false;
+  if (test_nan(t)) l = NAN;
+  bool skip = false;
+  if (!isfinite(l)) {
+    if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
+    skip = true;
+  } else {
+    int tensor = -1, slot = -1;
+    int64_t nan = 0, inf = 0, values = 0;
+    if (!gpu_session_check_finite(t->gpu, true, &tensor, &slot, &nan, &inf, &values, err,
+                                  err_size))
+      return false;
+    if (tensor >= 0) {
+      char name[192];
+      snprintf(name, sizeof name, "grad:%s", t->ir->tensors[tensor].name);
+      if (!guard_step(t, name, nan, inf, values, err, err_size)) return false;
+      skip = true;
+    }
+  }
+  if (!skip && !gpu_session_launch_update(t->gpu, t->step + 1, err, err_size)) return false;
+  t->cursor += t->B;
+  t->gpu_prefetched = next_training_batch(t, err, err_size) &&
+                      gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
+  t->cursor -= t->B;
+  double ignored;
+  if (!skip && !gpu_session_finish(t->gpu, &ignored, err, err_size)) return false;
+  if (skip) {
+    skip_update(t);
+    *loss = NAN;
+    return true;
+  }
+  for (int k = 0; k < t->ntasks; k++) {
+    const float *probs = gpu_session_probs(t->gpu, k);
+    metrics_add(&t->window[k], probs, t->gpu_labels[k], t->B);
+    metrics_add(&t->tail[k], probs, t->gpu_labels[k], t->B);
+  }
+  *loss = l;
+  return true;
+}
+
 // One step on the GPU. The batch of this step was usually uploaded during the previous step;
 // while this one runs, the next batch is made and uploaded (the copy stream overlaps it with
 // compute), then the loss and the probabilities are read back.
@@ -389,9 +617,9 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   t->cursor -= t->B;
   double l;
   if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
-  if (!isfinite(l))
-    return fail(err, err_size, "the loss is %g at step %" PRId64 ": training diverged (try a "
-                "smaller --lr)", l, t->step + 1);
+  if (test_nan(t)) l = NAN;
+  // The update ran with the step; training stops here, and nothing is saved after it.
+  if (!isfinite(l)) return guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size);
   for (int k = 0; k < t->ntasks; k++) {
     const float *probs = gpu_session_probs(t->gpu, k);
     metrics_add(&t->window[k], probs, t->gpu_labels[k], t->B);
@@ -403,8 +631,12 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
 
 bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double start = now_seconds();
+  t->skipped = false;
   if (t->gpu) {
-    if (!gpu_step(t, loss, err, err_size)) return false;
+    if (!(t->opt.on_nan_skip > 0 ? gpu_step_checked(t, loss, err, err_size)
+                                 : gpu_step(t, loss, err, err_size)))
+      return false;
+    if (!t->skipped) t->skipped_in_row = 0;
     push_loss(t, *loss);
     t->step++;
     t->cursor += t->B;
@@ -414,15 +646,31 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   if (!next_training_batch(t, err, err_size) || !bind_batch(t, err, err_size)) return false;
   t->flops += step_flops(t->ir, &t->batch, true);
   double l = cpu_exec_forward(t->x);
-  if (!isfinite(l))
-    return fail(err, err_size, "the loss is %g at step %" PRId64 ": training diverged (try a "
-                "smaller --lr)", l, t->step + 1);
-  cpu_exec_backward(t->x);
-  apply_optimizers(t);
-  for (int k = 0; k < t->ntasks; k++) {
-    const float *probs = cpu_exec_task_probs(t->x, k);
-    metrics_add(&t->window[k], probs, task_labels(t, k), t->B);
-    metrics_add(&t->tail[k], probs, task_labels(t, k), t->B);
+  if (test_nan(t)) l = NAN;
+  // The loss is checked before the backward pass and the update, so a step that stops or is
+  // skipped leaves the state as the previous step left it.
+  if (!isfinite(l)) {
+    if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
+    skip_update(t);
+  } else {
+    cpu_exec_backward(t->x);
+    char name[192];
+    int64_t nan = 0, inf = 0, values = 0;
+    if (t->opt.on_nan_skip > 0 && cpu_bad_grad(t, name, sizeof name, &nan, &inf, &values)) {
+      if (!guard_step(t, name, nan, inf, values, err, err_size)) return false;
+      skip_update(t);
+    }
+  }
+  if (t->skipped) {
+    l = NAN;
+  } else {
+    t->skipped_in_row = 0;
+    apply_optimizers(t);
+    for (int k = 0; k < t->ntasks; k++) {
+      const float *probs = cpu_exec_task_probs(t->x, k);
+      metrics_add(&t->window[k], probs, task_labels(t, k), t->B);
+      metrics_add(&t->tail[k], probs, task_labels(t, k), t->B);
+    }
   }
   push_loss(t, l);
   t->step++;
@@ -497,9 +745,11 @@ typedef struct Entries {
   size_t names_used, names_cap;
   int64_t counters[3];  // cursor, batch, seed
   double *curve;        // 6 doubles per point
+  int64_t *steps;       // [ntrained]: each optimizer's step, staged (validated on resume)
 } Entries;
 
-static void add_entry(Entries *s, const char *kind, const char *name, void *data, size_t size) {
+static void add_entry(Entries *s, const char *kind, const char *name, void *data, size_t size,
+                      CkptCheck check) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
     s->e = xrealloc(s->e, (size_t)s->cap * sizeof *s->e);
@@ -518,34 +768,38 @@ static void add_entry(Entries *s, const char *kind, const char *name, void *data
   char *at = s->names + s->names_used;
   snprintf(at, len, "%s%s%s", kind, *name ? ":" : "", name);
   s->names_used += len;
-  s->e[s->n++] = (CkptEntry){at, data, size};
+  s->e[s->n++] = (CkptEntry){.name = at, .data = data, .size = size, .check = check};
 }
 
 static void entries_free(Entries *s) {
   free(s->e);
   free(s->names);
   free(s->curve);
+  free(s->steps);
 }
 
 // Lists the state; `nsteps` and `ncurve` size the histories (the trainer's own when saving,
 // the checkpoint's when loading into `losses` and s->curve).
 static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps, int ncurve) {
   memset(s, 0, sizeof *s);
+  s->steps = xcalloc((size_t)t->ntrained + 1, sizeof *s->steps);
   for (int i = 0; i < t->ntrained; i++) {
     Trained *p = &t->trained[i];
     const char *name = t->ir->tensors[p->tensor].name;
+    size_t bytes = (size_t)p->st.n * sizeof(float);
     add_entry(s, p->table ? "table" : "param", name, cpu_exec_data(t->x, p->tensor),
-              (size_t)p->numel * sizeof(float));
-    add_entry(s, "optim.step", name, &p->st.step, sizeof p->st.step);
-    if (p->st.m) add_entry(s, "adamw.m", name, p->st.m, (size_t)p->st.n * sizeof(float));
-    if (p->st.v) add_entry(s, "adamw.v", name, p->st.v, (size_t)p->st.n * sizeof(float));
+              (size_t)p->numel * sizeof(float), CKPT_FINITE);
+    s->steps[i] = p->st.step;
+    add_entry(s, "optim.step", name, &s->steps[i], sizeof s->steps[i], CKPT_ANY);
+    if (p->st.m) add_entry(s, "adamw.m", name, p->st.m, bytes, CKPT_FINITE);
+    if (p->st.v) add_entry(s, "adamw.v", name, p->st.v, bytes, CKPT_FINITE_NONNEG);
     if (p->st.rowsum)
-      add_entry(s, "adagrad.rowsum", name, p->st.rowsum, (size_t)p->st.n * sizeof(float));
+      add_entry(s, "adagrad.rowsum", name, p->st.rowsum, bytes, CKPT_FINITE_NONNEG);
   }
-  add_entry(s, "train.counters", "", s->counters, sizeof s->counters);
-  add_entry(s, "train.losses", "", losses, (size_t)nsteps * sizeof *losses);
+  add_entry(s, "train.counters", "", s->counters, sizeof s->counters, CKPT_ANY);
+  add_entry(s, "train.losses", "", losses, (size_t)nsteps * sizeof *losses, CKPT_ANY);
   s->curve = xcalloc((size_t)ncurve * 6, sizeof *s->curve);
-  add_entry(s, "train.curve", "", s->curve, (size_t)ncurve * 6 * sizeof *s->curve);
+  add_entry(s, "train.curve", "", s->curve, (size_t)ncurve * 6 * sizeof *s->curve, CKPT_ANY);
 }
 
 // The cuda backend keeps the parameters, the tables and the optimizer state on the GPU, and a
@@ -594,6 +848,11 @@ static bool gpu_state_from_host(Trainer *t, const char *dir, char *err, size_t e
 }
 
 bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
+  // The guard: a state that is not finite is never written; the last checkpoint stays.
+  char why[768];
+  if (!trainer_check_finite(t, why, sizeof why))
+    return fail(err, err_size, "%s; not saved: the checkpoint in %s is left as it was", why,
+                dir);
   if (t->gpu && !gpu_state_to_host(t, err, err_size)) return false;
   Entries s;
   list_entries(t, &s, t->losses, t->step, t->ncurve);
@@ -611,34 +870,87 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   return ok;
 }
 
+// The largest data cursor a checkpoint of `nsteps` steps can hold: every step consumed at most
+// the largest batch, and the synthetic training stream stays far below its held-out examples.
+static int64_t max_cursor(int64_t nsteps) {
+  const int64_t max_batch = (int64_t)1 << 24, cap = SYNTH_EVAL_FIRST / 4;
+  return nsteps > cap / max_batch ? cap : nsteps * max_batch;
+}
+
+// Checks the small fields of an open checkpoint (step, counters, each optimizer's step, the
+// histories' sizes) before anything is loaded; sets *ncurve.
+static bool resume_validate(Trainer *t, CkptFile *f, const CkptInfo *info, int *ncurve,
+                            char *err, size_t err_size) {
+  const char *path = checkpoint_path(f);
+  int64_t nsteps = info->step;
+  int64_t curve_bytes = checkpoint_info_size(info, "train.curve");
+  int64_t loss_bytes = checkpoint_info_size(info, "train.losses");
+  const int64_t row = 6 * (int64_t)sizeof(double);
+  if (nsteps < 0 || nsteps > INT64_MAX / 8 ||
+      (loss_bytes >= 0 && loss_bytes != nsteps * (int64_t)sizeof(double)) ||
+      curve_bytes % row != 0 || curve_bytes / row > INT32_MAX)
+    return fail(err, err_size, "checkpoint %s is corrupt: its histories do not match its "
+                "step count", path);
+  *ncurve = curve_bytes > 0 ? (int)(curve_bytes / row) : 0;
+  int64_t counters[3];
+  if (!checkpoint_read_entry(f, "train.counters", counters, sizeof counters, err, err_size))
+    return false;
+  int64_t cap = max_cursor(nsteps);
+  if (counters[0] < 0 || counters[0] > cap)
+    return fail(err, err_size, "checkpoint %s is corrupt: its data cursor %" PRId64 " is out "
+                "of range (0 to %" PRId64 " after %" PRId64 " steps)", path, counters[0], cap,
+                nsteps);
+  if (counters[1] < 1 || counters[1] > ((int64_t)1 << 24))
+    return fail(err, err_size, "checkpoint %s is corrupt: its batch size %" PRId64 " is out "
+                "of range (1 to %d)", path, counters[1], 1 << 24);
+  for (int i = 0; i < t->ntrained; i++) {
+    const char *name = t->ir->tensors[t->trained[i].tensor].name;
+    char entry[4200];
+    snprintf(entry, sizeof entry, "optim.step:%s", name);
+    int64_t v;
+    if (!checkpoint_read_entry(f, entry, &v, sizeof v, err, err_size)) return false;
+    if (v < 0 || v > nsteps)
+      return fail(err, err_size, "checkpoint %s is corrupt: entry '%s' says %" PRId64 " "
+                  "optimizer steps, out of range (0 to the checkpoint's %" PRId64 ")", path,
+                  entry, v, nsteps);
+  }
+  return true;
+}
+
 bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
+  // One open file for the sizes, the checks and the data: a save that renames a new
+  // checkpoint in meanwhile does not mix two files.
   CkptInfo info;
-  if (!checkpoint_info(dir, &info, err, err_size)) return false;
+  CkptFile *f = checkpoint_open(dir, &info, err, err_size);
+  if (!f) return false;
   int64_t nsteps = info.step;
-  int64_t curve_bytes = checkpoint_info_size(&info, "train.curve");
-  int64_t loss_bytes = checkpoint_info_size(&info, "train.losses");
+  int ncurve = 0;
+  bool ok = resume_validate(t, f, &info, &ncurve, err, err_size);
   checkpoint_info_free(&info);
-  if (nsteps < 0 || (loss_bytes >= 0 && loss_bytes != nsteps * (int64_t)sizeof(double)) ||
-      curve_bytes % (6 * (int64_t)sizeof(double)) != 0)
-    return fail(err, err_size, "checkpoint %s/%s is corrupt: its histories do not match its "
-                "step count", dir, CHECKPOINT_FILE);
-  int ncurve = curve_bytes > 0 ? (int)(curve_bytes / (6 * (int64_t)sizeof(double))) : 0;
+  if (!ok) {
+    checkpoint_close(f);
+    return false;
+  }
 
   double *losses = xcalloc((size_t)nsteps, sizeof *losses);
   Entries s;
   list_entries(t, &s, losses, nsteps, ncurve);
-  int64_t step = 0;
-  bool ok = checkpoint_load(dir, t->key, &step, s.e, s.n, err, err_size);
-  if (ok && s.counters[0] < 0)
-    ok = fail(err, err_size, "checkpoint %s/%s is corrupt: negative data cursor", dir,
-              CHECKPOINT_FILE);
+  ok = checkpoint_read(f, t->key, s.e, s.n, err, err_size);
+  for (int i = 0; ok && i < ncurve; i++) {
+    const double r0 = s.curve[6 * i];
+    if (!(r0 >= 0 && r0 <= (double)nsteps && r0 == floor(r0)))
+      ok = fail(err, err_size, "checkpoint %s is corrupt: learning-curve row %d is at step "
+                "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
+  }
+  checkpoint_close(f);
   if (ok) {
     free(t->losses);
     t->losses = losses;
     losses = NULL;
     t->cap_losses = nsteps;
-    t->step = step;
+    t->step = nsteps;
     t->cursor = s.counters[0];
+    for (int i = 0; i < t->ntrained; i++) t->trained[i].st.step = s.steps[i];
     if ((uint64_t)s.counters[2] != t->opt.seed) {
       // The synthetic stream is the checkpoint's, whatever seed this run was given.
       t->opt.seed = (uint64_t)s.counters[2];

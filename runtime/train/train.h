@@ -33,6 +33,13 @@ typedef struct TrainOptions {
   bool cuda;              // train on the GPU with generated kernels (train_gpu.h)
   const char *artifact;   // cuda: the kernels of this `gemc build` artifact, not NVRTC
   FILE *gpu_log;          // cuda: start-up facts (device, compile times); NULL: none
+  // The divergence guard (docs/train.md): 0 stops at the first non-finite loss (--on-nan
+  // stop); N > 0 skips a step whose loss or gradients are not finite, without its update, and
+  // stops at the N-th such step in a row (--on-nan skip=N).
+  int64_t on_nan_skip;
+  // Test hook: steps [nan_first, nan_first + nan_count) (1-based, counted from the start of
+  // training) behave as if their loss were NaN. 0: none.
+  int64_t test_nan_first, test_nan_count;
 } TrainOptions;
 void train_options_default(TrainOptions *o);
 
@@ -63,6 +70,19 @@ typedef struct CurvePoint {
 
 typedef struct Trainer Trainer;
 
+// What the divergence guard found: the first non-finite value, which stopped training.
+typedef struct TrainFailure {
+  bool failed;
+  int64_t step;          // the step it was found at (its loss or gradient) or after
+  char tensor[192];      // "loss", "grad:NAME", or a checkpoint entry: "table:NAME", ...
+  const char *what;      // "NaN" (any NaN) or "Inf"
+  int64_t nan, inf;      // how many NaN and infinite values
+  int64_t values;        // of how many
+  int64_t skipped_in_row;  // --on-nan skip: the bad steps in a row that stopped it
+} TrainFailure;
+
+enum { DEFAULT_ON_NAN_SKIPS = 10 };  // --on-nan skip without =N
+
 // Prepares to train `ir`, which must hold its backward graph (autodiff) and a loss. The model
 // key (checkpoint.h) is computed from the IR as given, before options change the batch size
 // or the optimizers. Parameters are initialized from o->seed. Returns NULL with a message in
@@ -71,8 +91,19 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size);
 void trainer_free(Trainer *t);
 
 // One optimizer step on the next training batch; *loss is that batch's loss. Fails (with a
-// message) when the data file is bad or the loss is not finite.
+// message) when the data file is bad or the loss is not finite; with o->on_nan_skip, a step
+// whose loss or gradients are not finite is skipped instead (its batch is consumed and the
+// step counted, its update is not applied: trainer_step_skipped, *loss NaN) until
+// o->on_nan_skip of them come in a row. A divergence is recorded in trainer_failure.
 bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size);
+bool trainer_step_skipped(const Trainer *t);    // the last trainer_step skipped its update
+// The guard's check of the state: every parameter, table and optimizer state is finite (on the
+// GPU, counted on the device). Fails naming the first tensor that is not, and records it.
+// trainer_save runs it first and writes nothing when it fails.
+bool trainer_check_finite(Trainer *t, char *err, size_t err_size);
+const TrainFailure *trainer_failure(const Trainer *t);
+// Steps skipped this run (--on-nan skip), [n] step numbers.
+const int64_t *trainer_skipped_steps(const Trainer *t, int64_t *n);
 // The held-out evaluation. Does not change the training state.
 bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size);
 
@@ -130,11 +161,17 @@ typedef struct LoopResult {
   double train_loss;          // mean loss over the last tenth of this run's steps
   int64_t train_steps_measured; // how many steps that is
   TaskMetrics *train;         // [ntasks] over the same steps; owned by the result
-  EvalResult eval;            // the final evaluation
+  EvalResult eval;            // the final evaluation (NaN when the run stopped before one)
+  TaskMetrics *no_eval;       // [ntasks] NaN: eval.tasks when there was none; owned
+  char warning[320];          // the exploding-loss warning, when there was one
 } LoopResult;
 
 // Runs o->steps steps, evaluating every o->eval_every steps and at the end (a row of the
-// learning curve each time), checkpointing every o->save_every steps and at the end.
+// learning curve each time), checkpointing every o->save_every steps and at the end. Before
+// every evaluation and save the state is checked (trainer_check_finite). A loss over 100
+// times the first evaluation's (or the first steps') is warned about once. When it fails,
+// `r` still describes the run up to the failure (for the report); free it either way.
+// With no steps, it evaluates, and records a curve row only when the curve has none there.
 bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size_t err_size);
 void loop_result_free(LoopResult *r);
 

@@ -16,6 +16,7 @@
 #include "gpu_exec.h"
 #include "jit_cache.h"
 #include "lower.h"
+#include "memplan.h"
 #include "nvrtc_compile.h"
 #include "plan.h"
 #include "version.h"
@@ -187,6 +188,11 @@ GpuSession *gpu_session_open(const Ir *ir, CpuExec *init, const GpuSessionOption
     fail(err, err_size, "code generation failed for %s (see the messages above)", s->ctx.arch);
     goto bad;
   }
+  // Before compiling or allocating anything: do the plan's buffers fit the GPU's free memory?
+  size_t free_bytes = 0, total_bytes = 0;
+  if (CU_CHECK(cuda_driver()->cuMemGetInfo(&free_bytes, &total_bytes)) &&
+      !plan_check_fit(&s->plan, s->device, (int64_t)free_bytes, err, err_size))
+    goto bad;
   if (o->artifact ? !from_artifact(s, o, ir, o->log, err, err_size)
                   : !jit_kernels(s, o->log, err, err_size))
     goto bad;
@@ -234,6 +240,26 @@ bool gpu_session_set_batch(GpuSession *s, const Batch *b, char *err, size_t err_
 
 bool gpu_session_launch(GpuSession *s, bool train, int64_t step, char *err, size_t err_size) {
   return gpu_exec_launch(s->x, train ? GPU_TRAIN : GPU_FORWARD, step, err, err_size);
+}
+
+bool gpu_session_launch_grads(GpuSession *s, char *err, size_t err_size) {
+  return gpu_exec_launch(s->x, GPU_FORWARD | GPU_BACKWARD, 0, err, err_size);
+}
+
+bool gpu_session_launch_update(GpuSession *s, int64_t step, char *err, size_t err_size) {
+  return gpu_exec_launch(s->x, GPU_OPTIMIZER, step, err, err_size);
+}
+
+bool gpu_session_check_finite(GpuSession *s, bool grads, int *tensor, int *slot, int64_t *nan,
+                              int64_t *inf, int64_t *numel, char *err, size_t err_size) {
+  GpuNonFinite f;
+  if (!gpu_exec_check_finite(s->x, grads, &f, err, err_size)) return false;
+  *tensor = f.tensor;
+  *slot = f.slot;
+  *nan = f.nan;
+  *inf = f.inf;
+  *numel = f.numel;
+  return true;
 }
 
 bool gpu_session_finish(GpuSession *s, double *loss, char *err, size_t err_size) {

@@ -37,6 +37,16 @@ bool gpu_session_set_batch(GpuSession *s, const Batch *b, char *err, size_t err_
 // Enqueues a training step (forward, backward, optimizer with step number `step`) or, when
 // !train, a forward pass, on the last batch set.
 bool gpu_session_launch(GpuSession *s, bool train, int64_t step, char *err, size_t err_size);
+// The same training step in two parts, so that the divergence guard can look at the loss and
+// the gradients before the update (--on-nan skip): forward and backward, then the optimizer.
+bool gpu_session_launch_grads(GpuSession *s, char *err, size_t err_size);
+bool gpu_session_launch_update(GpuSession *s, int64_t step, char *err, size_t err_size);
+// The divergence guard: counts NaN and infinite values on the device (gpu_exec_check_finite):
+// !grads: parameters, tables and optimizer state; grads: the dense parameters' gradients. On a
+// hit, *tensor is the tensor, *slot -1 (its values) or the optimizer-state slot (0: AdamW m
+// or Adagrad rowsum, 1: AdamW v); *tensor is -1 when everything is finite.
+bool gpu_session_check_finite(GpuSession *s, bool grads, int *tensor, int *slot, int64_t *nan,
+                              int64_t *inf, int64_t *numel, char *err, size_t err_size);
 // Waits for it: the loss, and the task probabilities in gpu_session_probs.
 bool gpu_session_finish(GpuSession *s, double *loss, char *err, size_t err_size);
 const float *gpu_session_probs(const GpuSession *s, int task);

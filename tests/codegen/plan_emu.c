@@ -25,6 +25,7 @@
 
 void *emu_find(const char *name);
 void emu_launch(void *fn, unsigned grid, unsigned threads, const uint64_t *args);
+int emu_max_args(void);  // how many arguments emu_launch passes
 
 static const Plan *plan;
 static const Ir *ir;
@@ -121,6 +122,11 @@ static void run_launch(const Launch *l) {
     ntiles = gpu_tiles_build(tl, batch->B, tl->q_jag >= 0 ? batch->offsets[tl->q_jag] : NULL,
                              tl->kv_jag >= 0 ? batch->offsets[tl->kv_jag] : NULL, 0, &tiles);
     if (ntiles < 0) exit(2);
+  }
+  if (l->nargs > emu_max_args()) {
+    fprintf(stderr, "plan_emu: kernel %s has %d arguments; the emulator passes %d\n", l->kernel,
+            l->nargs, emu_max_args());
+    exit(2);
   }
   uint64_t args[PLAN_MAX_ARGS] = {0};
   for (int a = 0; a < l->nargs; a++) {

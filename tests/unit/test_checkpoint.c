@@ -39,10 +39,10 @@ static void fill_state(State *s, float base) {
 }
 
 static int state_entries(State *s, CkptEntry *e) {
-  e[0] = (CkptEntry){"param:w", s->w, sizeof s->w};
-  e[1] = (CkptEntry){"adamw.m:w", s->m, sizeof s->m};
-  e[2] = (CkptEntry){"train.losses", s->empty, 0};
-  e[3] = (CkptEntry){"optim.step:w", &s->step, sizeof s->step};
+  e[0] = (CkptEntry){"param:w", s->w, sizeof s->w, CKPT_FINITE};
+  e[1] = (CkptEntry){"adamw.m:w", s->m, sizeof s->m, CKPT_FINITE};
+  e[2] = (CkptEntry){"train.losses", s->empty, 0, CKPT_ANY};
+  e[3] = (CkptEntry){"optim.step:w", &s->step, sizeof s->step, CKPT_ANY};
   return 4;
 }
 
@@ -247,9 +247,9 @@ static void test_checkpoint_missing_extra_and_resized_entries_are_refused(void *
   char empty[1];
 
   // One more entry than the file has.
-  CkptEntry more[5] = {{"param:w", w, sizeof w}, {"adamw.m:w", m, sizeof m},
-                       {"train.losses", empty, 0}, {"optim.step:w", &st, sizeof st},
-                       {"adamw.v:w", extra, sizeof extra}};
+  CkptEntry more[5] = {{"param:w", w, sizeof w, CKPT_ANY}, {"adamw.m:w", m, sizeof m, CKPT_ANY},
+                       {"train.losses", empty, 0, CKPT_ANY}, {"optim.step:w", &st, sizeof st, CKPT_ANY},
+                       {"adamw.v:w", extra, sizeof extra, CKPT_ANY}};
   assert_false(checkpoint_load(dir, KEY, &step, more, 5, err, sizeof err));
   assert_non_null(strstr(err, "has no entry 'adamw.v:w'"));
 
@@ -258,8 +258,8 @@ static void test_checkpoint_missing_extra_and_resized_entries_are_refused(void *
   assert_non_null(strstr(err, "has an entry 'optim.step:w' that this model does not have"));
 
   // Another size.
-  CkptEntry resized[4] = {{"param:w", small, sizeof small}, {"adamw.m:w", m, sizeof m},
-                          {"train.losses", empty, 0}, {"optim.step:w", &st, sizeof st}};
+  CkptEntry resized[4] = {{"param:w", small, sizeof small, CKPT_ANY}, {"adamw.m:w", m, sizeof m, CKPT_ANY},
+                          {"train.losses", empty, 0, CKPT_ANY}, {"optim.step:w", &st, sizeof st, CKPT_ANY}};
   assert_false(checkpoint_load(dir, KEY, &step, resized, 4, err, sizeof err));
   assert_non_null(strstr(err, "entry 'param:w' has 148 bytes, this model needs 144"));
   assert_int_equal(step, -1);
@@ -292,7 +292,7 @@ static void test_checkpoint_failed_save_leaves_the_old_one(void **state) {
     if (setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(10);
     size_t big = 1 << 20;
     void *data = calloc(1, big);
-    CkptEntry e = {"param:w", data, big};
+    CkptEntry e = {"param:w", data, big, CKPT_ANY};
     char err[512] = "";
     bool ok = checkpoint_save(dir, "tiny", KEY, 99, &e, 1, err, sizeof err);
     _exit(ok ? 11 : strstr(err, "cannot write checkpoint") && strstr(err, "unchanged") ? 0 : 12);

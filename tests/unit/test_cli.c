@@ -409,6 +409,297 @@ static void test_cli_driver_ir_emits_ast_and_dumps(void **state) {
   assert_non_null(strstr(r->out, "\ntarget sm_100a\n"));
 }
 
+// --- numeric option values (issue 9, item 7) ---------------------------------------------
+
+// Asserts that a count is refused with exactly `message`.
+static void assert_count_refused(const char *value, int64_t min, int64_t max,
+                                 const char *message) {
+  char msg[256] = "";
+  int64_t out = -7;
+  if (cli_parse_count("--steps", value, min, max, &out, msg, sizeof msg))
+    fail_msg("'%s' was accepted as %lld", value, (long long)out);
+  assert_int_equal(out, -7);
+  assert_string_equal(msg, message);
+}
+
+static void test_cli_count_values_state_their_range(void **state) {
+  (void)state;
+  char msg[256];
+  int64_t v;
+  assert_true(cli_parse_count("--steps", "1000000000", 0, 1000000000, &v, msg, sizeof msg));
+  assert_int_equal(v, 1000000000);
+  assert_true(cli_parse_count("--steps", "0", 0, 10, &v, msg, sizeof msg));
+  assert_int_equal(v, 0);
+  assert_true(cli_parse_count("--steps", "007", 0, 10, &v, msg, sizeof msg));
+  assert_int_equal(v, 7);
+  const char *past = "--steps must be a whole number in [0, 1000000000], got 1000000001";
+  assert_count_refused("1000000001", 0, 1000000000, past);
+  assert_count_refused("0", 1, 5, "--steps must be a whole number in [1, 5], got 0");
+  // Junk: a sign, spaces, an exponent, a fraction, trailing characters, overflow, nothing.
+  static const char *const junk[] = {"-1", "+1", " 1", "1 ", "1e3", "1.0", "12x", "0x10",
+                                     "99999999999999999999999", "nan"};
+  for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+    char expected[256];
+    snprintf(expected, sizeof expected, "--steps must be a whole number in [0, 5], got %s",
+             junk[i]);
+    assert_count_refused(junk[i], 0, 5, expected);
+  }
+  assert_count_refused("", 0, 5, "--steps must be a whole number in [0, 5], got ''");
+  // A long value is cut after 40 characters.
+  assert_count_refused("1234567890123456789012345678901234567890123", 0, 5,
+                       "--steps must be a whole number in [0, 5], got "
+                       "1234567890123456789012345678901234567890...");
+}
+
+static void test_cli_seed_values_state_their_range(void **state) {
+  (void)state;
+  char msg[256];
+  uint64_t v;
+  assert_true(cli_parse_u64("--seed", "18446744073709551615", UINT64_MAX, &v, msg, sizeof msg));
+  assert_true(v == UINT64_MAX);
+  assert_false(cli_parse_u64("--seed", "18446744073709551616", UINT64_MAX, &v, msg, sizeof msg));
+  assert_string_equal(msg, "--seed must be a whole number in [0, 18446744073709551615], got "
+                           "18446744073709551616");
+  assert_false(cli_parse_u64("--seed", "-3", UINT64_MAX, &v, msg, sizeof msg));
+  assert_string_equal(msg, "--seed must be a whole number in [0, 18446744073709551615], got -3");
+}
+
+static void test_cli_real_values_state_their_range(void **state) {
+  (void)state;
+  char msg[256];
+  double x;
+  RealRange lr = {0, 1e6, true, false}, beta = {0, 1, false, true};
+  assert_true(cli_parse_real("--table-lr", "1e6", lr, &x, msg, sizeof msg));
+  assert_true(x == 1e6);
+  assert_true(cli_parse_real("--table-lr", "0.05", lr, &x, msg, sizeof msg));
+  assert_true(x == 0.05);
+  assert_false(cli_parse_real("--table-lr", "1e30", lr, &x, msg, sizeof msg));
+  assert_string_equal(msg, "--table-lr must be in (0, 1e6], got 1e30");
+  assert_false(cli_parse_real("--table-lr", "0", lr, &x, msg, sizeof msg));
+  assert_string_equal(msg, "--table-lr must be in (0, 1e6], got 0");
+  assert_true(cli_parse_real("--beta1", "0", beta, &x, msg, sizeof msg));
+  assert_true(cli_parse_real("--beta1", "0.999999", beta, &x, msg, sizeof msg));
+  assert_false(cli_parse_real("--beta1", "1", beta, &x, msg, sizeof msg));
+  assert_string_equal(msg, "--beta1 must be in [0, 1), got 1");
+  assert_false(cli_parse_real("--beta1", "-0.1", beta, &x, msg, sizeof msg));
+  assert_string_equal(msg, "--beta1 must be in [0, 1), got -0.1");
+  // Junk: NaN, infinities, hex, spaces, trailing characters, overflow, underflow, nothing.
+  static const char *const junk[] = {"nan", "NaN", "inf", "-inf", "infinity", "0x1p-3", " 0.1",
+                                     "0.1 ", "0.1x", "1e400", "1e-400", ".", "e5", "1e", "--1"};
+  for (size_t i = 0; i < sizeof junk / sizeof junk[0]; i++) {
+    char expected[256];
+    snprintf(expected, sizeof expected, "--table-lr must be in (0, 1e6], got %s", junk[i]);
+    if (cli_parse_real("--table-lr", junk[i], lr, &x, msg, sizeof msg))
+      fail_msg("'%s' was accepted as %g", junk[i], x);
+    assert_string_equal(msg, expected);
+  }
+  assert_false(cli_parse_real("--table-lr", "", lr, &x, msg, sizeof msg));
+  assert_string_equal(msg, "--table-lr must be in (0, 1e6], got ''");
+  // Bounds print as people write them.
+  char buf[80];
+  assert_string_equal(cli_real_range((RealRange){1e-8, 0.999999, false, false}, buf, sizeof buf),
+                      "[1e-8, 0.999999]");
+  assert_string_equal(cli_real_range((RealRange){0, 1e3, true, true}, buf, sizeof buf),
+                      "(0, 1000)");
+  assert_string_equal(cli_count_range(1, 1048576, buf, sizeof buf), "[1, 1048576]");
+}
+
+// One command line and what it must give: the exit code and, for a usage error, the exact
+// first line of stderr. An accepted value is shown by a run that gets past the options and
+// fails on the missing model instead (exit 1), so that nothing trains.
+typedef struct OptionCase {
+  const char *args;
+  int rc;
+  const char *first_line;  // NULL: the run fails on no_such.gem
+} OptionCase;
+
+static void check_option_cases(const OptionCase *cases, size_t n, const char *usage) {
+  for (size_t i = 0; i < n; i++) {
+    Run *r = run_gemc(cases[i].args);
+    const char *nl = strchr(r->err, '\n');
+    size_t len = nl ? (size_t)(nl - r->err) : strlen(r->err);
+    bool ok = r->rc == cases[i].rc;
+    if (cases[i].first_line)
+      ok = ok && len == strlen(cases[i].first_line) &&
+           strncmp(r->err, cases[i].first_line, len) == 0 && strstr(r->err, usage);
+    else
+      ok = ok && strstr(r->err, "no_such.gem") && !strstr(r->err, "must be");
+    if (!ok)
+      fail_msg("gemc %s: rc %d (expected %d), stderr:\n%s", cases[i].args, r->rc, cases[i].rc,
+               r->err);
+  }
+}
+
+#define E "gemc: error: "
+#define T "train no_such.gem --backend cpu "
+static void test_cli_driver_train_options_state_their_limits(void **state) {
+  (void)state;
+  static const OptionCase cases[] = {
+      // --steps [0, 1000000000]
+      {T "--steps 0", 1, NULL},
+      {T "--steps 1000000000", 1, NULL},
+      {T "--steps 1000000001", 2, E "--steps must be a whole number in [0, 1000000000], got "
+                                  "1000000001"},
+      {T "--steps -1", 2, E "--steps must be a whole number in [0, 1000000000], got -1"},
+      {T "--steps 10x", 2, E "--steps must be a whole number in [0, 1000000000], got 10x"},
+      {T "--steps=", 2, E "--steps must be a whole number in [0, 1000000000], got ''"},
+      {T "--steps", 2, E "--steps needs a value: a whole number in [0, 1000000000]"},
+      // --batch [1, 1048576]
+      {T "--batch 1", 1, NULL},
+      {T "--batch 1048576", 1, NULL},
+      {T "--batch 1048577", 2, E "--batch must be a whole number in [1, 1048576], got 1048577"},
+      {T "--batch 0", 2, E "--batch must be a whole number in [1, 1048576], got 0"},
+      {T "--batch 8.5", 2, E "--batch must be a whole number in [1, 1048576], got 8.5"},
+      // --eval-every [0, 1000000000]
+      {T "--eval-every 1000000000", 1, NULL},
+      {T "--eval-every 1000000001", 2, E "--eval-every must be a whole number in "
+                                       "[0, 1000000000], got 1000000001"},
+      {T "--eval-every 1e3", 2, E "--eval-every must be a whole number in [0, 1000000000], "
+                                "got 1e3"},
+      // --eval-examples [1, 1048576]: the issue's 99999999999 ran for ever
+      {T "--eval-examples 1048576", 1, NULL},
+      {T "--eval-examples 1048577", 2, E "--eval-examples must be a whole number in "
+                                       "[1, 1048576], got 1048577"},
+      {T "--eval-examples 99999999999", 2, E "--eval-examples must be a whole number in "
+                                           "[1, 1048576], got 99999999999"},
+      {T "--eval-examples 0", 2, E "--eval-examples must be a whole number in [1, 1048576], "
+                                 "got 0"},
+      // --save-every [0, 1000000000]
+      {T "--save sv --save-every 1000000000", 1, NULL},
+      {T "--save sv --save-every 1000000001", 2, E "--save-every must be a whole number in "
+                                                 "[0, 1000000000], got 1000000001"},
+      {T "--save-every ' 5'", 2, E "--save-every must be a whole number in [0, 1000000000], "
+                                   "got  5"},
+      // --id-vocab [1, 2147483647]
+      {T "--id-vocab 2147483647", 1, NULL},
+      {T "--id-vocab 2147483648", 2, E "--id-vocab must be a whole number in [1, 2147483647], "
+                                     "got 2147483648"},
+      {T "--id-vocab 0", 2, E "--id-vocab must be a whole number in [1, 2147483647], got 0"},
+      // --seed [0, 2^64 - 1]
+      {T "--seed 0", 1, NULL},
+      {T "--seed 18446744073709551615", 1, NULL},
+      {T "--seed 18446744073709551616", 2, E "--seed must be a whole number in "
+                                           "[0, 18446744073709551615], got 18446744073709551616"},
+      {T "--seed -3", 2, E "--seed must be a whole number in [0, 18446744073709551615], got -3"},
+      {T "--seed", 2, E "--seed needs a value: a whole number in [0, 18446744073709551615]"},
+      // --lr and --table-lr (0, 1e6]
+      {T "--lr 1e6", 1, NULL},
+      {T "--lr 1e-12", 1, NULL},
+      {T "--lr 1.000001e6", 2, E "--lr must be in (0, 1e6], got 1.000001e6"},
+      {T "--lr 0", 2, E "--lr must be in (0, 1e6], got 0"},
+      {T "--lr nan", 2, E "--lr must be in (0, 1e6], got nan"},
+      {T "--lr inf", 2, E "--lr must be in (0, 1e6], got inf"},
+      {T "--lr", 2, E "--lr needs a value: a number in (0, 1e6]"},
+      {T "--table-lr 1e6", 1, NULL},
+      {T "--table-lr 1e30", 2, E "--table-lr must be in (0, 1e6], got 1e30"},
+      {T "--table-lr 0.1abc", 2, E "--table-lr must be in (0, 1e6], got 0.1abc"},
+      // --beta1, --beta2 [0, 1)
+      {T "--beta1 0", 1, NULL},
+      {T "--beta1 0.999999", 1, NULL},
+      {T "--beta1 1", 2, E "--beta1 must be in [0, 1), got 1"},
+      {T "--beta2 0.9999999", 1, NULL},
+      {T "--beta2 1", 2, E "--beta2 must be in [0, 1), got 1"},
+      {T "--beta2 -0.5", 2, E "--beta2 must be in [0, 1), got -0.5"},
+      // --eps, --table-eps (0, 1]
+      {T "--eps 1", 1, NULL},
+      {T "--eps 1.5", 2, E "--eps must be in (0, 1], got 1.5"},
+      {T "--eps 0", 2, E "--eps must be in (0, 1], got 0"},
+      {T "--table-eps 1", 1, NULL},
+      {T "--table-eps 0", 2, E "--table-eps must be in (0, 1], got 0"},
+      {T "--table-eps 1e-400", 2, E "--table-eps must be in (0, 1], got 1e-400"},
+      // --weight-decay [0, 1e3]
+      {T "--weight-decay 0", 1, NULL},
+      {T "--weight-decay 1000", 1, NULL},
+      {T "--weight-decay 1000.5", 2, E "--weight-decay must be in [0, 1000], got 1000.5"},
+      {T "--weight-decay -1", 2, E "--weight-decay must be in [0, 1000], got -1"},
+  };
+  check_option_cases(cases, sizeof cases / sizeof cases[0], "usage: gemc train");
+}
+#undef T
+
+static void test_cli_driver_bench_reps_states_its_limit(void **state) {
+  (void)state;
+  setenv("GEMC_NO_CUDA", "1", 1);  // an accepted --reps then fails on the GPU, never runs
+  static const OptionCase cases[] = {
+      {"bench gdpa --reps 1000 --quick", 1, E "no GPU: GEMC_NO_CUDA is set"},
+      {"bench gdpa --reps 1001", 2, E "--reps must be a whole number in [1, 1000], got 1001"},
+      {"bench gdpa --reps 0", 2, E "--reps must be a whole number in [1, 1000], got 0"},
+      {"bench gdpa --reps=5x", 2, E "--reps must be a whole number in [1, 1000], got 5x"},
+      {"bench gdpa --reps", 2, E "--reps needs a value: a whole number in [1, 1000]"},
+      {"bench gemm --model no_such.gem --reps 1", 1, NULL},
+      {"bench gemm --model no_such.gem --reps 1000", 1, NULL},
+      {"bench gemm --reps 1001", 2, E "--reps must be a whole number in [1, 1000], got 1001"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    Run *r = run_gemc(cases[i].args);
+    const char *nl = strchr(r->err, '\n');
+    size_t len = nl ? (size_t)(nl - r->err) : strlen(r->err);
+    bool ok = r->rc == cases[i].rc;
+    if (cases[i].first_line && cases[i].rc == 1)  // the GPU's reason may go on
+      ok = ok && strncmp(r->err, E "no GPU: ", strlen(E "no GPU: ")) == 0;
+    else if (cases[i].first_line)
+      ok = ok && len == strlen(cases[i].first_line) &&
+           strncmp(r->err, cases[i].first_line, len) == 0 && strstr(r->err, "usage: gemc bench");
+    else
+      ok = ok && strstr(r->err, "no_such.gem") && !strstr(r->err, "must be");
+    if (!ok)
+      fail_msg("gemc %s: rc %d (expected %d), stderr:\n%s", cases[i].args, r->rc, cases[i].rc,
+               r->err);
+  }
+  unsetenv("GEMC_NO_CUDA");
+}
+#undef E
+
+// Old Mac OS line ends (CR only) are named as such at the first one; CRLF works as LF does.
+static void test_cli_driver_cr_only_line_ends_are_diagnosed(void **state) {
+  (void)state;
+  char text[sizeof valid_model], crlf[2 * sizeof valid_model];
+  size_t n = 0;
+  for (size_t i = 0; valid_model[i]; i++) {
+    text[i] = valid_model[i] == '\n' ? '\r' : valid_model[i];
+    if (valid_model[i] == '\n') crlf[n++] = '\r';
+    crlf[n++] = valid_model[i];
+  }
+  text[sizeof valid_model - 1] = '\0';
+  crlf[n] = '\0';
+  write_model("cr.gem", text);
+  write_model("crlf.gem", crlf);
+  const char expected[] = "cr.gem:1:10: error: the file uses CR-only line ends; use LF or CRLF\n";
+  Run *r = run_gemc("check cr.gem");
+  assert_int_equal(r->rc, 1);
+  assert_int_equal(strncmp(r->err, expected, sizeof expected - 1), 0);
+  assert_null(strstr(r->err + sizeof expected - 1, "error:"));  // and nothing after it
+  r = run_gemc("check -q crlf.gem");
+  assert_int_equal(r->rc, 0);
+  assert_string_equal(r->err, "");
+  r = run_gemc("ir crlf.gem");
+  assert_int_equal(r->rc, 0);
+  assert_int_equal(strncmp(r->out, "; gemc ir\nmodel m\n", 18), 0);
+
+  // A '#' comment first, CR-only after it: still the CR message, not "end of file".
+  char commented[sizeof text + 16];
+  snprintf(commented, sizeof commented, "# a model\r%s", text);
+  write_model("cr_comment.gem", commented);
+  r = run_gemc("check cr_comment.gem");
+  assert_int_equal(r->rc, 1);
+  assert_non_null(strstr(r->err, "cr_comment.gem:1:10: error: the file uses CR-only line ends"));
+  assert_null(strstr(r->err, "end of file"));
+
+  // CR-only with one final LF (an editor's) is still CR-only; a stray CR in LF lines is not.
+  char final_lf[sizeof text + 2];
+  snprintf(final_lf, sizeof final_lf, "%s\n", text);
+  write_model("cr_final_lf.gem", final_lf);
+  r = run_gemc("check cr_final_lf.gem");
+  assert_int_equal(r->rc, 1);
+  assert_non_null(strstr(r->err, "cr_final_lf.gem:1:10: error: the file uses CR-only"));
+  write_model("stray_cr.gem", "model m {\n  batch 8; \r dim 16;\n  sparse ad : id;\n"
+                              "  label click;\n  table t : rows 10;\n"
+                              "  y = linear(embed(t, ad), 1);\n  loss bce(y, click);\n}\n");
+  r = run_gemc("check stray_cr.gem");
+  assert_int_equal(r->rc, 0);
+  assert_string_equal(r->err, "");
+}
+
 int main(int argc, char **argv) {
   (void)argc;
   // argv[0] is BUILD/tests/test_cli; the driver is BUILD/gemc.
@@ -433,6 +724,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cli_refuses_ir_options_on_check),
       cmocka_unit_test(test_cli_help_names_every_command_and_option),
       cmocka_unit_test(test_cli_version_names_the_release),
+      cmocka_unit_test(test_cli_count_values_state_their_range),
+      cmocka_unit_test(test_cli_seed_values_state_their_range),
+      cmocka_unit_test(test_cli_real_values_state_their_range),
   };
   const struct CMUnitTest driver_tests[] = {
       cmocka_unit_test(test_cli_driver_check_is_silent_on_success),
@@ -441,6 +735,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cli_driver_quiet_keeps_only_errors),
       cmocka_unit_test(test_cli_driver_ir_writes_output_only_on_success),
       cmocka_unit_test(test_cli_driver_ir_emits_ast_and_dumps),
+      cmocka_unit_test(test_cli_driver_train_options_state_their_limits),
+      cmocka_unit_test(test_cli_driver_bench_reps_states_its_limit),
+      cmocka_unit_test(test_cli_driver_cr_only_line_ends_are_diagnosed),
   };
   int failed = cmocka_run_group_tests(parse_tests, NULL, NULL);
   failed += cmocka_run_group_tests(driver_tests, setup_driver, teardown_driver);

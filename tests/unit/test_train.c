@@ -540,22 +540,23 @@ static void test_train_cli_bad_flags_are_usage_errors(void **state) {
   static const struct {
     const char *args, *message;
   } cases[] = {
-      {"train micro.gem --steps -1", "--steps needs a whole number >= 0, got '-1'"},
-      {"train micro.gem --steps abc", "--steps needs a whole number >= 0, got 'abc'"},
+      {"train micro.gem --steps -1", "--steps must be a whole number in [0, 1000000000], got -1"},
+      {"train micro.gem --steps abc", "--steps must be a whole number in [0, 1000000000], got abc"},
       {"train micro.gem --steps", "--steps needs a value"},
-      {"train micro.gem --batch 0", "--batch needs a whole number >= 1"},
+      {"train micro.gem --batch 0", "--batch must be a whole number in [1, 1048576], got 0"},
       {"train micro.gem --bogus", "unknown option '--bogus' for 'gemc train'"},
       {"train micro.gem --backend gpu", "--backend needs cpu, cuda or auto, got 'gpu'"},
       {"train micro.gem --save-every 5", "--save-every needs --save DIR"},
-      {"train micro.gem --lr 0", "--lr needs a number > 0, got '0'"},
-      {"train micro.gem --lr nan", "--lr needs a number > 0"},
-      {"train micro.gem --beta1 1", "--beta1 needs a number in [0, 1)"},
+      {"train micro.gem --lr 0", "--lr must be in (0, 1e6], got 0"},
+      {"train micro.gem --lr nan", "--lr must be in (0, 1e6], got nan"},
+      {"train micro.gem --beta1 1", "--beta1 must be in [0, 1), got 1"},
       {"train micro.gem --lengths long", "--lengths needs uniform, lognormal or heavy"},
       {"train micro.gem --data x.gemd --lengths heavy", "--lengths only applies to synthetic"},
       {"train micro.gem --progress fancy", "--progress needs auto, live or plain"},
       {"train", "'gemc train' needs a model FILE"},
       {"train a.gem b.gem", "'gemc train' takes one FILE"},
-      {"train micro.gem --seed -3", "--seed needs a whole number >= 0"},
+      {"train micro.gem --seed -3",
+       "--seed must be a whole number in [0, 18446744073709551615], got -3"},
       {"train micro.gem --report", "--report needs a file name"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -606,6 +607,280 @@ static void test_train_cli_data_file_round_trip(void **state) {
   run_free(&r);
 }
 
+// --- the divergence guard and the held-out set (issue 9) --------------------------------
+
+static Run run_gemc_env(const char *env, const char *args) {
+  char cmd[8192];
+  snprintf(cmd, sizeof cmd, "cd '%s' && %s '%s' %s >stdout.txt 2>stderr.txt", tmp_dir, env,
+           gemc_path, args);
+  int status = system(cmd);
+  assert_true(WIFEXITED(status));
+  Run r = {WEXITSTATUS(status), read_text(tmp_path("stdout.txt")),
+           read_text(tmp_path("stderr.txt"))};
+  return r;
+}
+
+// The JSON object after "KEY": up to its closing brace (no nested objects in the ones used).
+static char *json_object_text(const char *json, const char *key) {
+  char pat[64];
+  snprintf(pat, sizeof pat, "\"%s\": {", key);
+  const char *p = strstr(json, pat);
+  if (!p) return NULL;
+  const char *end = strstr(p, "}");
+  return end ? strndup(p, (size_t)(end - p) + 1) : NULL;
+}
+
+// A learning rate that makes the parameters NaN stops the run with exit 1, naming the step,
+// the tensor and what it holds; the checkpoint saved before is left byte for byte, a run that
+// never saved leaves none, and the report is still written with the failure.
+static void test_train_divergence_stops_and_keeps_the_checkpoint(void **state) {
+  (void)state;
+  Run r = run_gemc("train micro.gem -q --steps 4 --eval-examples 32 --save ck_div");
+  if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+  run_free(&r);
+  char *before = read_text(tmp_path("ck_div/checkpoint.gemc"));
+  assert_non_null(before);
+  struct stat st0;
+  assert_int_equal(stat(tmp_path("ck_div/checkpoint.gemc"), &st0), 0);
+
+  r = run_gemc("train micro.gem -q --steps 40 --eval-every 2 --eval-examples 32 --lr 1e6 "
+               "--resume ck_div --save ck_div --report div.json");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "gemc: error: training diverged: after step 6, "));
+  assert_non_null(strstr(r.err, " NaN and "));
+  assert_non_null(strstr(r.err, "try a lower --lr (this run's is 1e+06)"));
+  run_free(&r);
+  char *after = read_text(tmp_path("ck_div/checkpoint.gemc"));
+  struct stat st1;
+  assert_int_equal(stat(tmp_path("ck_div/checkpoint.gemc"), &st1), 0);
+  assert_int_equal(st0.st_size, st1.st_size);
+  assert_memory_equal(before, after, (size_t)st0.st_size);
+  free(before);
+  free(after);
+
+  char *json = read_text(tmp_path("div.json"));
+  assert_non_null(json);
+  if (!json_valid(json)) fail_msg("not valid JSON:\n%s", json);
+  char *f = json_object_text(json, "failure");
+  assert_non_null(f);
+  assert_non_null(strstr(f, "\"step\": 6"));
+  assert_non_null(strstr(f, "\"tensor\": \""));
+  assert_non_null(strstr(f, "\"what\": \""));
+  assert_non_null(strstr(f, "\"message\": \"training diverged"));
+  assert_non_null(strstr(json, "\"steps\": 6"));
+  assert_non_null(strstr(json, "\"model\": \"micro\""));
+  free(f);
+  free(json);
+
+  // Never saved: no checkpoint appears.
+  r = run_gemc("train micro.gem -q --steps 40 --eval-every 2 --eval-examples 32 --lr 1e6 "
+               "--save ck_div2");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "training diverged"));
+  struct stat st2;
+  assert_int_not_equal(stat(tmp_path("ck_div2/checkpoint.gemc"), &st2), 0);
+  run_free(&r);
+
+  // A save every step meets the guard first: "not saved", the old file left as it was.
+  r = run_gemc("train micro.gem -q --steps 40 --eval-every 0 --eval-examples 32 --lr 1e6 "
+               "--resume ck_div --save ck_div --save-every 1");
+  assert_int_equal(r.rc, 1);
+  if (!strstr(r.err, "not saved: the checkpoint in ck_div is left as it was") &&
+      !strstr(r.err, "training diverged at step"))
+    fail_msg("%s", r.err);
+  run_free(&r);
+}
+
+// In process: --on-nan skip leaves the state of a skipped step as it was (the held-out loss
+// after two skipped steps is the one before them, bit for bit), consumes its batch, and the
+// N-th bad step in a row stops with the failure recorded.
+static void test_train_on_nan_skip_in_process(void **state) {
+  (void)state;
+  LoadedModel m;
+  assert_true(load_model(&m, tmp_path("micro.gem"), NULL, true, true, false));
+  TrainOptions o;
+  train_options_default(&o);
+  o.eval_examples = 32;
+  o.on_nan_skip = 3;
+  o.test_nan_first = 3;
+  o.test_nan_count = 2;
+  char err[512] = "";
+  Trainer *t = trainer_new(&m.ir, &o, err, sizeof err);
+  if (!t) fail_msg("trainer_new: %s", err);
+  step_ok(t);
+  step_ok(t);
+  assert_false(trainer_step_skipped(t));
+  double before = eval_loss(t);
+  assert_true(isnan(step_ok(t)));
+  assert_true(trainer_step_skipped(t));
+  assert_true(isnan(step_ok(t)));
+  assert_int_equal(trainer_step_count(t), 4);
+  assert_true(eval_loss(t) == before);
+  assert_true(trainer_check_finite(t, err, sizeof err));
+  assert_true(isfinite(step_ok(t)));
+  assert_false(trainer_step_skipped(t));
+  assert_false(trainer_failure(t)->failed);
+  int64_t n = 0;
+  const int64_t *skipped = trainer_skipped_steps(t, &n);
+  assert_int_equal(n, 2);
+  assert_int_equal(skipped[0], 3);
+  assert_int_equal(skipped[1], 4);
+  trainer_free(t);
+
+  // Three in a row stop it at the third.
+  o.test_nan_count = 5;
+  t = trainer_new(&m.ir, &o, err, sizeof err);
+  if (!t) fail_msg("trainer_new: %s", err);
+  step_ok(t);
+  step_ok(t);
+  step_ok(t);
+  step_ok(t);
+  double loss;
+  assert_false(trainer_step(t, &loss, err, sizeof err));
+  assert_non_null(strstr(err, "training diverged at step 5: the loss is NaN (3 non-finite steps "
+                              "in a row; --on-nan skip=3 stops there); try a lower --lr"));
+  const TrainFailure *f = trainer_failure(t);
+  assert_true(f->failed);
+  assert_int_equal(f->step, 5);
+  assert_string_equal(f->tensor, "loss");
+  assert_string_equal(f->what, "NaN");
+  assert_int_equal(f->skipped_in_row, 3);
+  trainer_free(t);
+  loaded_model_free(&m);
+}
+
+// The same through the command line: skipped steps are warned about and reported, the run
+// goes on; N in a row exit 1; a bad --on-nan is a usage error; the default is stop.
+static void test_train_cli_on_nan(void **state) {
+  (void)state;
+  Run r = run_gemc_env("GEMC_TEST_NAN_STEPS=3:2", "train micro.gem --steps 8 --eval-examples "
+                       "32 --on-nan skip=3 --progress plain --report skip.json");
+  if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+  assert_non_null(strstr(r.err, "gemc: warning: step 3 skipped: its loss or a gradient is not "
+                                "finite (--on-nan skip)"));
+  assert_non_null(strstr(r.err, "step 4 skipped"));
+  run_free(&r);
+  char *json = read_text(tmp_path("skip.json"));
+  assert_non_null(json);
+  if (!json_valid(json)) fail_msg("not valid JSON:\n%s", json);
+  assert_non_null(strstr(json, "\"failure\": null"));
+  char *sk = json_array_text(json, "skipped_steps");
+  assert_non_null(sk);
+  assert_int_equal(count_numbers(sk), 2);
+  free(sk);
+  free(json);
+
+  r = run_gemc_env("GEMC_TEST_NAN_STEPS=3:9", "train micro.gem -q --steps 8 --eval-examples 32 "
+                   "--on-nan skip=3 --report skip3.json");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "training diverged at step 5: the loss is NaN (3 non-finite "
+                                "steps in a row; --on-nan skip=3 stops there)"));
+  run_free(&r);
+  json = read_text(tmp_path("skip3.json"));
+  assert_non_null(json);
+  assert_non_null(strstr(json, "\"skipped_in_row\": 3"));
+  free(json);
+
+  // The default stops at the first one, before its update.
+  r = run_gemc_env("GEMC_TEST_NAN_STEPS=2", "train micro.gem -q --steps 8 --eval-examples 32");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "gemc: error: training diverged at step 2: the loss is NaN; "
+                                "try a lower --lr (this run's is 0.01)"));
+  run_free(&r);
+  // A real blow-up under skip: every step is bad, so N of them stop it.
+  r = run_gemc("train micro.gem -q --steps 40 --eval-examples 32 --lr 1e6 --on-nan skip=2");
+  assert_int_equal(r.rc, 1);
+  assert_non_null(strstr(r.err, "training diverged"));
+  run_free(&r);
+
+  const char *bad[] = {"--on-nan", "--on-nan maybe", "--on-nan skip=0", "--on-nan skip=x",
+                       "--on-nan=skip=-1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char args[128];
+    snprintf(args, sizeof args, "train micro.gem --steps 1 %s", bad[i]);
+    r = run_gemc(args);
+    if (r.rc != 2) fail_msg("%s: rc %d", bad[i], r.rc);
+    assert_non_null(strstr(r.err, "--on-nan"));
+    run_free(&r);
+  }
+}
+
+// A finite loss that explodes is a warning, once, and the run goes on.
+static void test_train_exploding_loss_warns_once(void **state) {
+  (void)state;
+  Run r = run_gemc("train micro.gem --steps 60 --eval-every 2 --eval-examples 32 --lr 0.3 "
+                   "--table-lr 1 --progress plain --report explode.json");
+  if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+  const char *w = strstr(r.err, "gemc: warning: the ");
+  assert_non_null(w);
+  assert_non_null(strstr(w, "over 100 times the first evaluation's"));
+  assert_non_null(strstr(w, "try a lower --lr (this run's is 0.3)"));
+  assert_null(strstr(w + 1, "gemc: warning: the "));
+  run_free(&r);
+  char *json = read_text(tmp_path("explode.json"));
+  assert_non_null(json);
+  assert_non_null(strstr(json, "\"loss_warning\": \"the "));
+  free(json);
+}
+
+// The default held-out set does not follow --steps: 5 steps and 5 resumed evaluate on the set
+// 10 straight steps do, with the same final numbers; and --steps 0 with --resume and --save
+// adds no curve row, however often it runs.
+static void test_train_resume_evaluates_like_a_straight_run(void **state) {
+  (void)state;
+  Run r = run_gemc("train micro.gem -q --steps 10 --eval-every 5 --report ev_straight.json");
+  if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+  run_free(&r);
+  r = run_gemc("train micro.gem -q --steps 5 --eval-every 5 --save ck_ev");
+  assert_int_equal(r.rc, 0);
+  run_free(&r);
+  r = run_gemc("train micro.gem -q --steps 5 --eval-every 5 --resume ck_ev --save ck_ev "
+               "--report ev_resumed.json");
+  if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+  run_free(&r);
+  char *a = read_text(tmp_path("ev_straight.json")), *b = read_text(tmp_path("ev_resumed.json"));
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_non_null(strstr(a, "\"eval_examples\": 4096"));
+  assert_non_null(strstr(b, "\"eval_examples\": 4096"));
+  char *ea = json_object_text(a, "eval"), *eb = json_object_text(b, "eval");
+  assert_non_null(ea);
+  assert_non_null(eb);
+  assert_string_equal(ea, eb);
+  char *ca = json_array_text(a, "curve"), *cb = json_array_text(b, "curve");
+  assert_non_null(ca);
+  assert_non_null(cb);
+  free(ea);
+  free(eb);
+  free(a);
+
+  // --steps 0, twice: the same checkpoint and curve each time.
+  char *ck = read_text(tmp_path("ck_ev/checkpoint.gemc"));
+  struct stat st0, st1;
+  assert_int_equal(stat(tmp_path("ck_ev/checkpoint.gemc"), &st0), 0);
+  for (int i = 0; i < 2; i++) {
+    r = run_gemc("train micro.gem -q --steps 0 --resume ck_ev --save ck_ev "
+                 "--report ev_zero.json");
+    if (r.rc != 0) fail_msg("rc %d: %s", r.rc, r.err);
+    run_free(&r);
+  }
+  assert_int_equal(stat(tmp_path("ck_ev/checkpoint.gemc"), &st1), 0);
+  assert_int_equal(st0.st_size, st1.st_size);
+  char *ck1 = read_text(tmp_path("ck_ev/checkpoint.gemc"));
+  assert_memory_equal(ck, ck1, (size_t)st0.st_size);
+  char *z = read_text(tmp_path("ev_zero.json"));
+  char *cz = json_array_text(z, "curve");
+  assert_non_null(cz);
+  assert_string_equal(cb, cz);
+  free(ca);
+  free(cb);
+  free(cz);
+  free(z);
+  free(b);
+  free(ck);
+  free(ck1);
+}
+
 static int setup(void **state) {
   (void)state;
   if (!mkdtemp(tmp_dir)) return -1;
@@ -643,6 +918,11 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_train_cli_bad_flags_are_usage_errors),
       cmocka_unit_test(test_train_cli_cuda_backend_is_a_clear_error),
       cmocka_unit_test(test_train_cli_data_file_round_trip),
+      cmocka_unit_test(test_train_divergence_stops_and_keeps_the_checkpoint),
+      cmocka_unit_test(test_train_on_nan_skip_in_process),
+      cmocka_unit_test(test_train_cli_on_nan),
+      cmocka_unit_test(test_train_exploding_loss_warns_once),
+      cmocka_unit_test(test_train_resume_evaluates_like_a_straight_run),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
