@@ -3,8 +3,11 @@
 //   attn_backward_kv: one block per (example, key tile, head); 4 warps of 16 keys each loop
 //     over the query tiles that can see their keys and accumulate dK = scale·dSᵀQ, dV = PᵀdO.
 //   attn_backward_q:  one block per (example, query tile, head); loops over key tiles and
-//     accumulates dQ = scale·dS·K. For PMA (no tile list) one block per (seed tile, head)
-//     loops over the examples in order and sums their dQ (deterministic, no workspace).
+//     accumulates dQ = scale·dS·K. For PMA (no tile list) the examples are cut into `chunks`
+//     consecutive ranges: one block per (chunk, seed tile, head) sums its range's dQ in example
+//     order into fp32 `partial[chunk]` (every element written, zeros included), and a second
+//     kernel adds the chunks in order: deterministic, no atomics. chunks = 1 with no partial
+//     buffer is one block per (seed tile, head) over every example, writing dQ itself.
 // Both recompute S = Q·Kᵀ and dP = dO·Vᵀ per tile. dS = dP ⊙ act′(S) ⊙ M for a pointwise
 // act, and P ⊙ (dP − D) for softmax, with P = exp2(S·scale·log2e − lse2) from the stats
 // that attn_forward's preparation mode wrote (lse2 and D per output row and head).
@@ -195,7 +198,9 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
                                                 const bf16_t *__restrict__ v,
                                                 const bf16_t *__restrict__ dout,
                                                 const AttnRows &r, const int *__restrict__ tiles,
-                                                const float *__restrict__ stats) {
+                                                const float *__restrict__ stats,
+                                                float *__restrict__ partial = 0,
+                                                int chunks = 1) {
   enum { TILE = ATTN_TILE_BWD, THREADS = 128, SCORE_BLOCKS = TILE / 8,
          OUT_BLOCKS = DH / 8 };
   extern __shared__ __align__(128) unsigned char attn_smem[];
@@ -208,7 +213,17 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
   // in example order, so the seeds' gradient needs no atomics and no second pass.
   const int heads = r.d / DH;
   int b_first, b_end, i0, h;  // PMA (no tile list): every example, in order
-  attn_query_block(tiles, batch, TILE, heads, &b_first, &b_end, &i0, &h);
+  int chunk = 0;
+  if (!tiles && partial) {    // PMA in chunks: this block's range of examples
+    const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
+    const int per = (int)((batch + chunks - 1) / chunks);
+    chunk = (int)(blockIdx.x / per_chunk);
+    b_first = chunk * per < batch ? chunk * per : (int)batch;
+    b_end = b_first + per < batch ? b_first + per : (int)batch;
+    i0 = local / heads * TILE, h = local % heads;
+  } else {
+    attn_query_block(tiles, batch, TILE, heads, &b_first, &b_end, &i0, &h);
+  }
   const int col0 = h * DH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};
@@ -278,6 +293,21 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
     }
   }
 
+  if (partial) {  // every seed row of the chunk, zeros where its examples added nothing
+    float *out = partial + (i64)chunk * r.q_fixed * r.d;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int i = row[half];
+      if (i >= r.q_fixed) continue;
+#pragma unroll
+      for (int n = 0; n < OUT_BLOCKS; n++) {
+        float *at = out + (i64)i * r.d + col0 + 2 * t + n * 8;
+        at[0] = acc_dq[n][2 * half] * r.scale;
+        at[1] = acc_dq[n][2 * half + 1] * r.scale;
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     const int i = row[half];

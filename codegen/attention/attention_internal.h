@@ -37,6 +37,7 @@ enum {
   ATTN_WS_ROWS_MX = 17,       // tensor t quantized mxfp8 down each example's rows
   ATTN_WS_FP8 = 18,           // tensor t quantized fp8 with one scale (fp32 copy)
   ATTN_WS_AMAX = 19,          // tensor t's finite amax, as the bits of a float
+  ATTN_WS_PMA_PARTIAL = 20,   // PMA dQ: fp32 [chunks][seeds][d] partial sums; tensor dQ
 };
 
 // --- the node ---------------------------------------------------------------------------
