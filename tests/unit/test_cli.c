@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "cli.h"
+#include "shell_run.h"
 
 // Parses a NULL-terminated list of words (argv[0] is added). Returns what cli_parse returned;
 // its error text, if any, is left in `err_text` (caller frees).
@@ -239,11 +240,7 @@ static const char error_model[] =
     "  loss bce(y, click);\n"
     "}\n";
 
-typedef struct Run {
-  int rc;
-  char out[1 << 16];
-  char err[1 << 16];
-} Run;
+typedef ShellRun Run;
 
 static char *tmp_path(const char *name) {
   static char paths[8][4200];
@@ -262,27 +259,11 @@ static const char *write_model(const char *name, const char *text) {
   return path;
 }
 
-static void read_all(const char *path, char *buf, size_t size) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "r");
-  if (!f) return;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
-
 // Runs `gemc ARGS` in the temporary directory, capturing stdout, stderr and the exit code.
 static Run *run_gemc(const char *args) {
-  static Run run;
-  char cmd[16384];
-  snprintf(cmd, sizeof cmd, "cd '%s' && '%s' %s >stdout.txt 2>stderr.txt", tmp_dir, gemc_path,
-           args);
-  int status = system(cmd);
-  assert_true(WIFEXITED(status));
-  run.rc = WEXITSTATUS(status);
-  read_all(tmp_path("stdout.txt"), run.out, sizeof run.out);
-  read_all(tmp_path("stderr.txt"), run.err, sizeof run.err);
-  return &run;
+  Run *run = shell_run(tmp_dir, "'%s' %s", gemc_path, args);
+  assert_true(run->rc >= 0);
+  return run;
 }
 
 static bool file_exists(const char *path) {
@@ -378,7 +359,7 @@ static void test_cli_driver_ir_writes_output_only_on_success(void **state) {
   assert_int_equal(r->rc, 0);
   assert_string_equal(r->out, "");
   char written[sizeof r->out];
-  read_all(tmp_path("valid.ir"), written, sizeof written);
+  shell_slurp(tmp_path("valid.ir"), written, sizeof written);
   assert_string_equal(written, expected);
 
   r = run_gemc("ir error.gem -o error.ir");

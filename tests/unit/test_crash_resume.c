@@ -17,6 +17,8 @@
 
 #include <cmocka.h>
 
+#include "shell_run.h"
+
 // Saves where evaluations are: the curve's train loss is the mean since the last evaluation,
 // and a resume between two evaluations starts that window afresh.
 enum { STEPS = 20, SAVE_EVERY = 5, KILLS = 20 };
@@ -30,14 +32,11 @@ static const char common[] = "--backend cpu --save-every 5 --eval-every 5 --eval
 // when killed, as the shell reports it).
 static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int sh(const char *fmt, ...) {
-  char args[4096], cmd[8192];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  int rc = shell_vrun(tmp_dir, fmt, ap)->rc;
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "cd '%s' && %s", tmp_dir, args);
-  int status = system(cmd);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return rc;
 }
 
 // The step in DIR/checkpoint.gemc's header (offset 32), or -1 when there is no checkpoint.

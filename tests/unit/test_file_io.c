@@ -24,70 +24,42 @@
 #include "checkpoint.h"
 #include "file_io.h"
 #include "hash.h"
+#include "shell_run.h"
 
 static char gemc_path[PATH_MAX], model_path[PATH_MAX], tsv_path[PATH_MAX];
 static char tmp_dir[] = "/tmp/gemc_test_file_io_XXXXXX";
 
-typedef struct Run {
-  int rc;
-  char err[8192];
-} Run;
-
-static void slurp(const char *path, char *buf, size_t size) {
-  buf[0] = '\0';
-  FILE *f = fopen(path, "rb");
-  if (!f) return;
-  size_t n = fread(buf, 1, size - 1, f);
-  buf[n] = '\0';
-  fclose(f);
-}
+typedef ShellRun Run;
 
 // Runs `gemc ARGS` in the temporary directory under a 20 s timeout.
 static Run *run_gemc(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static Run *run_gemc(const char *fmt, ...) {
-  static Run run;
-  char args[4096], cmd[16384];
+  char args[4096];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(args, sizeof args, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "cd '%s' && timeout 20 '%s' %s >stdout.txt 2>stderr.txt", tmp_dir,
-           gemc_path, args);
-  int status = system(cmd);
-  run.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/stderr.txt", tmp_dir);
-  slurp(path, run.err, sizeof run.err);
-  return &run;
+  return shell_run(tmp_dir, "timeout 20 '%s' %s", gemc_path, args);
 }
 
 // Runs a shell command line in the temporary directory, its stderr kept as run_gemc's is.
 static Run *run_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static Run *run_sh(const char *fmt, ...) {
-  static Run run;
-  char args[4096], cmd[16384];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  Run *r = shell_vrun(tmp_dir, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "cd '%s' && { %s ; } >stdout.txt 2>stderr.txt", tmp_dir, args);
-  int status = system(cmd);
-  run.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s/stderr.txt", tmp_dir);
-  slurp(path, run.err, sizeof run.err);
-  return &run;
+  return r;
 }
 
+// The same for a line that must succeed.
 static void sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void sh(const char *fmt, ...) {
-  char args[4096], cmd[16384];
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(args, sizeof args, fmt, ap);
+  Run *r = shell_vrun(tmp_dir, fmt, ap);
   va_end(ap);
-  snprintf(cmd, sizeof cmd, "cd '%s' && %s", tmp_dir, args);
-  assert_int_equal(system(cmd), 0);
+  if (r->rc != 0) fail_msg("exit %d: %s", r->rc, r->err);
 }
 
 static char *in_tmp(const char *name) {
