@@ -149,8 +149,7 @@ bool lower_fail(Lower *L, int node, const char *fmt, ...) {
 Launch *lower_new_launch(Lower *L, LaunchKind kind, int node) {
   if (L->nlaunches == L->cap_launches) {
     L->cap_launches = L->cap_launches ? 2 * L->cap_launches : 64;
-    L->launches = realloc(L->launches, (size_t)L->cap_launches * sizeof *L->launches);
-    if (!L->launches) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    L->launches = xrealloc(L->launches, (size_t)L->cap_launches * sizeof *L->launches);
   }
   Launch *l = &L->launches[L->nlaunches++];
   memset(l, 0, sizeof *l);
@@ -167,8 +166,7 @@ Launch *lower_new_launch(Lower *L, LaunchKind kind, int node) {
 int lower_new_scratch(Lower *L, const char *name, SymSize bytes) {
   if (L->nscratch == L->cap_scratch) {
     L->cap_scratch = L->cap_scratch ? 2 * L->cap_scratch : 16;
-    L->scratch = realloc(L->scratch, (size_t)L->cap_scratch * sizeof *L->scratch);
-    if (!L->scratch) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    L->scratch = xrealloc(L->scratch, (size_t)L->cap_scratch * sizeof *L->scratch);
   }
   Scratch *s = &L->scratch[L->nscratch];
   memset(s, 0, sizeof *s);
@@ -301,84 +299,79 @@ static LaunchArg arg_of(ArgKind k) {
   return a;
 }
 
+// kb_param with the parameter's declaration formatted from fmt.
+static void kb_declare(KernelBuilder *kb, LaunchArg a, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void kb_declare(KernelBuilder *kb, LaunchArg a, const char *fmt, ...) {
+  char decl[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(decl, sizeof decl, fmt, ap);
+  va_end(ap);
+  kb_param(kb, decl, a);
+}
+
+static const char *tensor_ctype(const KernelBuilder *kb, int t) {
+  return dtype_ctype(kb->L->ir->tensors[t].dtype);
+}
+
 void kb_tensor_out(KernelBuilder *kb, const char *param, int t) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "%s *__restrict__ %s", dtype_ctype(kb->L->ir->tensors[t].dtype), param);
   LaunchArg a = arg_of(ARG_TENSOR);
   a.tensor = t;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "%s *__restrict__ %s", tensor_ctype(kb, t), param);
 }
 
 void kb_tensor_in(KernelBuilder *kb, const char *param, int t) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "const %s *__restrict__ %s", dtype_ctype(kb->L->ir->tensors[t].dtype),
-           param);
   LaunchArg a = arg_of(ARG_TENSOR);
   a.tensor = t;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "const %s *__restrict__ %s", tensor_ctype(kb, t), param);
 }
 
 void kb_scratch(KernelBuilder *kb, const char *ctype, const char *param, int slot, bool out) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
   LaunchArg a = arg_of(ARG_SCRATCH);
   a.slot = slot;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
 }
 
 void kb_grad_out(KernelBuilder *kb, const char *param, int param_tensor) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "float *__restrict__ %s", param);
   LaunchArg a = arg_of(ARG_GRAD);
   a.tensor = param_tensor;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "float *__restrict__ %s", param);
 }
 
 void kb_optstate(KernelBuilder *kb, const char *param, int tensor, int slot) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "float *__restrict__ %s", param);
   LaunchArg a = arg_of(ARG_OPTSTATE);
   a.tensor = tensor;
   a.slot = slot;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "float *__restrict__ %s", param);
 }
 
 void kb_offsets(KernelBuilder *kb, const char *param, int jag) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "const i64 *__restrict__ %s", param);
   LaunchArg a = arg_of(ARG_OFFSETS);
   a.jag = jag;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "const i64 *__restrict__ %s", param);
 }
 
 void kb_size(KernelBuilder *kb, const char *param, SymSize s) {
-  char decl[128];
-  snprintf(decl, sizeof decl, "i64 %s", param);
   LaunchArg a = arg_of(ARG_SIZE);
   a.size = s;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "i64 %s", param);
 }
 
 void kb_int(KernelBuilder *kb, const char *param, int64_t v) {
-  char decl[128];
-  snprintf(decl, sizeof decl, "i64 %s", param);
   LaunchArg a = arg_of(ARG_INT);
   a.i = v;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "i64 %s", param);
 }
 
 void kb_float(KernelBuilder *kb, const char *param, float v) {
-  char decl[128];
-  snprintf(decl, sizeof decl, "float %s", param);
   LaunchArg a = arg_of(ARG_FLOAT);
   a.f = v;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "float %s", param);
 }
 
 void kb_step(KernelBuilder *kb, const char *param) {
-  char decl[128];
-  snprintf(decl, sizeof decl, "i64 %s", param);
-  kb_param(kb, decl, arg_of(ARG_STEP));
+  kb_declare(kb, arg_of(ARG_STEP), "i64 %s", param);
 }
 
 // A kernel as kb_end compares it: everything but its name and its #line.
@@ -491,18 +484,15 @@ void kb_end_existing(KernelBuilder *kb) {
 }
 
 void kb_tensor_typed(KernelBuilder *kb, const char *ctype, const char *param, int t, bool out) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
   LaunchArg a = arg_of(ARG_TENSOR);
   a.tensor = t;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
 }
 
 int lower_new_tiles(Lower *L, TileList t) {
   if (L->ntiles == L->cap_tiles) {
     L->cap_tiles = L->cap_tiles ? 2 * L->cap_tiles : 8;
-    L->tiles = realloc(L->tiles, (size_t)L->cap_tiles * sizeof *L->tiles);
-    if (!L->tiles) gemc_internal_error(__FILE__, __LINE__, "out of memory");
+    L->tiles = xrealloc(L->tiles, (size_t)L->cap_tiles * sizeof *L->tiles);
   }
   L->tiles[L->ntiles] = t;
   return L->ntiles++;
@@ -517,11 +507,9 @@ void kb_begin_tiles(KernelBuilder *kb, Lower *L, int node, const char *name, int
 void kb_smem(KernelBuilder *kb, int bytes) { kb->launch->smem = bytes; }
 
 void kb_tiles(KernelBuilder *kb, const char *param) {
-  char decl[256];
-  snprintf(decl, sizeof decl, "const int *__restrict__ %s", param);
   LaunchArg a = arg_of(ARG_TILES);
   a.tiles = kb->launch->tiles;
-  kb_param(kb, decl, a);
+  kb_declare(kb, a, "const int *__restrict__ %s", param);
 }
 
 LaunchArg lower_workspace_arg(int tensor, int slot, int owner, SymSize bytes) {
@@ -536,9 +524,7 @@ LaunchArg lower_workspace_arg(int tensor, int slot, int owner, SymSize bytes) {
 void kb_workspace(KernelBuilder *kb, const char *ctype, const char *param, LaunchArg ws,
                   bool out) {
   GEMC_ASSERT(ws.kind == ARG_WORKSPACE);
-  char decl[256];
-  snprintf(decl, sizeof decl, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
-  kb_param(kb, decl, ws);
+  kb_declare(kb, ws, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
 }
 
 Launch *lower_zero(Lower *L, int node, LaunchArg arg, SymSize bytes) {
