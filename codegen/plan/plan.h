@@ -52,6 +52,9 @@ typedef enum ArgKind {
   ARG_TILES,     // int32 device array of the tile list `tiles` (attention; built per batch)
   ARG_WORKSPACE, // device scratch of `size` bytes, zeroed before the launch
   ARG_SCRATCH,   // device pointer to codegen temporary `slot` (Plan.scratch): its buffer + offset
+  ARG_TENSOR_MAP,// a TMA tensor map (CUtensorMap, 128 bytes) over tensor `tensor`: `size` rows
+                 // of its width, boxes of `i` rows x 64 columns, 128-byte swizzle (sm_90a)
+  ARG_TILE_COUNT,// int64: the entries of tile list `tiles` for this batch (persistent kernels)
 } ArgKind;
 
 typedef struct LaunchArg {
@@ -72,6 +75,8 @@ typedef enum LaunchKind {
 typedef enum GridKind {
   GRID_FIXED,     // grid = ceil(size / per_block) blocks; 0 blocks (an empty batch): skip it
   GRID_TILES,     // grid = number of tiles in tile list `tiles` (attention, zigzag order)
+  GRID_PERSISTENT,// grid = min(entries of tile list `tiles`, SMs): one CTA per SM walks its own
+                  // entries c, c + G, c + 2G, ... (gpu_tiles.h deals them for G = the SMs)
 } GridKind;
 
 // A kernel's parameters must fit CUDA's classic 4 KB parameter space (every driver and target
@@ -129,6 +134,8 @@ typedef struct TileList {
   bool causal;
   int64_t window;
   bool zigzag;
+  bool persistent;       // dealt for a persistent kernel: entry r*G + c is CTA c's r-th item,
+                         // G = the SM count; an entry with example -1 is a hole to skip
 } TileList;
 
 // A temporary that codegen needs between launches and the IR does not name: a cast or

@@ -13,7 +13,8 @@ static void print_sym(FILE *out, SymSize s) {
 }
 
 static const char *const arg_kinds[] = {"tensor", "grad", "optstate", "offsets", "size", "int",
-                                        "float", "step", "tiles", "workspace", "scratch"};
+                                        "float", "step", "tiles", "workspace", "scratch",
+                                        "tensormap", "tilecount"};
 static const char *const launch_kinds[] = {"kernel", "gemm", "zero"};
 
 static void print_arg(FILE *out, const LaunchArg *a) {
@@ -22,7 +23,7 @@ static void print_arg(FILE *out, const LaunchArg *a) {
   print_sym(out, a->size);
 }
 
-int plan_arg_bytes(ArgKind k) { return k == ARG_FLOAT ? 4 : 8; }
+int plan_arg_bytes(ArgKind k) { return k == ARG_FLOAT ? 4 : k == ARG_TENSOR_MAP ? 128 : 8; }
 
 int launch_param_bytes(const Launch *l) {
   int bytes = 0;
@@ -65,7 +66,7 @@ void plan_print(FILE *out, const Plan *p) {
     const TileList *t = &p->tiles[i];
     fprintf(out, "tile %d node %d %d %d %" PRId64 " %" PRId64 " %d %d %d %d %" PRId64 " %d\n", i, t->node,
             t->q_jag, t->kv_jag, t->q_fixed, t->kv_fixed, t->tile_q, t->tile_kv, t->heads, t->causal,
-            t->window, t->zigzag);
+            t->window, (int)t->zigzag | (int)t->persistent << 1);  // one word: old plans still read
   }
   fprintf(out, "launches %d\n", p->nlaunches);
   for (int i = 0; i < p->nlaunches; i++) {
@@ -73,7 +74,9 @@ void plan_print(FILE *out, const Plan *p) {
     fprintf(out, "launch %d %s node %d fused %d %s", i, launch_kinds[l->kind], l->node, l->nfused,
             l->optimizer ? "opt" : (l->backward ? "bwd" : "fwd"));
     if (l->kind == LAUNCH_KERNEL) {
-      fprintf(out, " %s grid %s ", l->kernel, l->grid == GRID_TILES ? "tiles" : "fixed");
+      fprintf(out, " %s grid %s ", l->kernel, l->grid == GRID_TILES        ? "tiles"
+                                                      : l->grid == GRID_PERSISTENT ? "persistent"
+                                                                                   : "fixed");
       print_sym(out, l->size);
       fprintf(out, " %" PRId64 " threads %d smem %d tilelist %d args %d", l->per_block, l->threads, l->smem,
               l->tiles, l->nargs);
@@ -250,7 +253,9 @@ bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *o
       expect(&r, "node");
       t->node = (int)num(&r); t->q_jag = (int)num(&r); t->kv_jag = (int)num(&r);
       t->q_fixed = num(&r); t->kv_fixed = num(&r); t->tile_q = (int)num(&r); t->tile_kv = (int)num(&r);
-      t->heads = (int)num(&r); t->causal = num(&r) != 0; t->window = num(&r); t->zigzag = num(&r) != 0;
+      t->heads = (int)num(&r); t->causal = num(&r) != 0; t->window = num(&r);
+      int64_t order = num(&r);
+      t->zigzag = (order & 1) != 0, t->persistent = (order & 2) != 0;
     } else if (strcmp(kw, "launches") == 0) {
       out->nlaunches = (int)num(&r);
       out->launches = arena_alloc(arena, (size_t)(out->nlaunches + 1) * sizeof *out->launches);
@@ -270,7 +275,10 @@ bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *o
       if (l->kind == LAUNCH_KERNEL) {
         l->kernel = word(&r, arena);
         expect(&r, "grid");
-        l->grid = strcmp(word(&r, arena), "tiles") == 0 ? GRID_TILES : GRID_FIXED;
+        const char *grid = word(&r, arena);
+        l->grid = strcmp(grid, "tiles") == 0        ? GRID_TILES
+                  : strcmp(grid, "persistent") == 0 ? GRID_PERSISTENT
+                                                    : GRID_FIXED;
         l->size = sym(&r);
         l->per_block = num(&r);
         expect(&r, "threads"); l->threads = (int)num(&r);

@@ -102,6 +102,7 @@ static bool resolve_all(CudaDriver *d, void *lib) {
   RESOLVE(cuGraphLaunch, "cuGraphLaunch", NULL);
   RESOLVE(cuGraphExecDestroy, "cuGraphExecDestroy", NULL);
   RESOLVE(cuGraphDestroy, "cuGraphDestroy", NULL);
+  RESOLVE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled", NULL);
   return ok;
 }
 

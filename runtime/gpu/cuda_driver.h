@@ -25,6 +25,11 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+// cuda.h's CUtensorMap: 128 opaque bytes, 64-byte aligned, that cuTensorMapEncodeTiled fills
+// and a kernel takes by value (a __grid_constant__ parameter) for its TMA copies.
+typedef struct CUtensorMap {
+  _Alignas(64) uint64_t opaque[16];
+} CUtensorMap;
 
 enum {
   CU_SUCCESS = 0,
@@ -38,6 +43,13 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+  // cuTensorMapEncodeTiled's enums (cuda.h values)
+  CU_TENSOR_MAP_DATA_TYPE_FLOAT16 = 6,
+  CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 = 9,
+  CU_TENSOR_MAP_INTERLEAVE_NONE = 0,
+  CU_TENSOR_MAP_SWIZZLE_128B = 3,
+  CU_TENSOR_MAP_L2_PROMOTION_L2_128B = 2,
+  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0,
 };
 
 // The entry points gemc uses, resolved by name from libcuda.so.1 (the _v2 names where cuda.h
@@ -91,6 +103,12 @@ typedef struct CudaDriver {
   CUresult (*cuGraphLaunch)(CUgraphExec e, CUstream s);
   CUresult (*cuGraphExecDestroy)(CUgraphExec e);
   CUresult (*cuGraphDestroy)(CUgraph g);
+  // Tensor maps for the sm_90a TMA kernels (CUDA 12.0 and later drivers).
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap *map, int dtype, unsigned rank, void *addr,
+                                     const uint64_t *dims, const uint64_t *strides,
+                                     const unsigned *box, const unsigned *elem_strides,
+                                     int interleave, int swizzle, int l2_promotion,
+                                     int oob_fill);
 } CudaDriver;
 
 // Loads the driver once (thread-safe) and calls cuInit(0). Returns false with the reason in

@@ -16,6 +16,7 @@
 #include "gpu_helpers_ptx.h"
 #include "gpu_optstate.h"
 #include "gpu_tiles.h"
+#include "tensor_map.h"
 #include "numerics.h"
 
 enum { NSLOTS = 2, DEFAULT_GRAPH_CACHE = 8 };
@@ -410,6 +411,7 @@ typedef union ArgValue {
   CUdeviceptr ptr;
   int64_t i;
   float f;
+  CUtensorMap map;
 } ArgValue;
 
 static bool arg_value(const GpuExec *g, const LaunchArg *a, int64_t step, ArgValue *v,
@@ -441,6 +443,18 @@ static bool arg_value(const GpuExec *g, const LaunchArg *a, int64_t step, ArgVal
   case ARG_FLOAT: v->f = a->f; return true;
   case ARG_STEP: v->i = step; return true;
   case ARG_TILES: v->ptr = s->dev_tiles + s->tile_offset[a->tiles] * 4; return true;
+  case ARG_TILE_COUNT: v->i = s->tile_count[a->tiles]; return true;
+  case ARG_TENSOR_MAP: {
+    const Tensor *t = &g->ir->tensors[a->tensor];
+    CUdeviceptr addr;
+    char e[256];
+    if (!tensor_addr(g, a->tensor, &addr))
+      return fail(err, err_size, "tensor %s has no storage", t->name);
+    if (!tensor_map_encode(&v->map, addr, sym(a->size, s->B, s->totals), t->width,
+                           t->dtype == DT_FP16, (int)a->i, e, sizeof e))
+      return fail(err, err_size, "the tensor map of %s: %s", t->name, e);
+    return true;
+  }
   case ARG_WORKSPACE: v->ptr = g->workspace; return true;
   case ARG_SCRATCH: {
     const Scratch *sc = &g->p->scratch[a->slot];
@@ -514,6 +528,9 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_si
   int64_t grid;
   if (l->grid == GRID_TILES) {
     grid = s->tile_count[l->tiles];
+  } else if (l->grid == GRID_PERSISTENT) {
+    grid = s->tile_count[l->tiles];
+    if (grid > g->ctx->sm_count) grid = g->ctx->sm_count;
   } else {
     int64_t work = sym(l->size, s->B, s->totals);
     grid = work <= 0 ? 0 : (work + l->per_block - 1) / l->per_block;
