@@ -72,6 +72,10 @@ int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side
 // bf16, fp16 and fp32 nodes (emit_attention.c) and fp8, mxfp8 ones
 // (emit_attention_quantized.c); the contract of emit_attention, which picks one.
 bool emit_attention_plain(Lower *L, int node);
+// The sm_90a forward (emit_attention_sm90.c): whether it takes node a (bf16 or fp16 q, k, v of
+// head dim 64 or 128, not PMA, the target has wgmma and TMA), and its emitter.
+bool attn_sm90_forward_applies(const Lower *L, const AttnNode *a);
+bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a);
 bool emit_attention_quantized(Lower *L, int node);
 
 #endif

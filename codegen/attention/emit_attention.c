@@ -44,6 +44,7 @@ static bool emit_forward(Lower *L, int node) {
   AttnNode a;
   if (!attn_node(ir, n, -1, ir->tensors[n->out].name, &a)) return false;
   if (!attn_elem_type(ir->tensors[n->out].dtype)) return false;
+  if (attn_sm90_forward_applies(L, &a)) return emit_attention_forward_sm90(L, node, &a);
   int warps, mw;
   forward_shape(&a, &warps, &mw);
   if (a.simt) warps = 2, mw = 2;  // 64 threads, one per query row

@@ -504,6 +504,28 @@ void kb_begin_tiles(KernelBuilder *kb, Lower *L, int node, const char *name, int
   launch_on_tiles(kb->launch, tiles, smem);
 }
 
+void kb_begin_persistent(KernelBuilder *kb, Lower *L, int node, const char *name, int tiles,
+                         int threads, int smem) {
+  kb_setup(kb, L, node, name, sym_const(0), 1, threads);
+  launch_on_tiles(kb->launch, tiles, smem);
+  kb->launch->grid = GRID_PERSISTENT;
+  sb_printf(&L->src, "extern \"C\" __global__ void __launch_bounds__(%d, 1)\n%s(", threads, name);
+}
+
+void kb_tensor_map(KernelBuilder *kb, const char *param, int t, int box_rows) {
+  LaunchArg a = arg_of(ARG_TENSOR_MAP);
+  a.tensor = t;
+  a.size = tensor_rows(kb->L->ir, t);
+  a.i = box_rows;
+  kb_declare(kb, a, "const __grid_constant__ TmaMap %s", param);
+}
+
+void kb_tile_count(KernelBuilder *kb, const char *param) {
+  LaunchArg a = arg_of(ARG_TILE_COUNT);
+  a.tiles = kb->launch->tiles;
+  kb_declare(kb, a, "i64 %s", param);
+}
+
 void kb_smem(KernelBuilder *kb, int bytes) { kb->launch->smem = bytes; }
 
 void kb_tiles(KernelBuilder *kb, const char *param) {

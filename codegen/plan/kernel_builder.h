@@ -121,6 +121,14 @@ int lower_new_tiles(Lower *L, TileList t);
 // bytes of dynamic shared memory.
 void kb_begin_tiles(KernelBuilder *kb, Lower *L, int node, const char *name, int tiles,
                     int threads, int smem);
+// kb_begin_tiles for a persistent kernel (GRID_PERSISTENT, __launch_bounds__(threads, 1)): one
+// CTA per SM walks its entries of tile list `tiles`, dealt for that grid (plan.h).
+void kb_begin_persistent(KernelBuilder *kb, Lower *L, int node, const char *name, int tiles,
+                         int threads, int smem);
+// `const __grid_constant__ TmaMap param`: the TMA tensor map of tensor t (all its rows, boxes
+// of box_rows x 64 columns), built by the runtime per batch (ARG_TENSOR_MAP).
+void kb_tensor_map(KernelBuilder *kb, const char *param, int t, int box_rows);
+void kb_tile_count(KernelBuilder *kb, const char *param);  // i64: entries of the launch's list
 void kb_smem(KernelBuilder *kb, int bytes);           // the launch's dynamic shared memory
 void kb_tiles(KernelBuilder *kb, const char *param);  // const int *: the launch's tile list
 // An ARG_WORKSPACE of `bytes` bytes named by (tensor, slot, owner): every launch naming it

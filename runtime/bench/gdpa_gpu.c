@@ -10,6 +10,7 @@
 #include "gpu_tiles.h"
 #include "jit_cache.h"
 #include "nvrtc_compile.h"
+#include "tensor_map.h"
 
 // --- the driver ---------------------------------------------------------------------------
 
@@ -245,6 +246,7 @@ bool gdpa_launch_range(GdpaBatch *bt, int from, int to, char *err, size_t err_si
       GpuPtr ptr;
       long long i;
       float f;
+      CUtensorMap map;
     } vals[PLAN_MAX_ARGS];
     void *args[PLAN_MAX_ARGS];
     for (int a = 0; a < l->nargs; a++) {
@@ -253,6 +255,15 @@ bool gdpa_launch_range(GdpaBatch *bt, int from, int to, char *err, size_t err_si
       case ARG_TENSOR: vals[a].ptr = bt->tensor[arg->tensor]; break;
       case ARG_OFFSETS: vals[a].ptr = bt->d_offsets[arg->jag]; break;
       case ARG_TILES: vals[a].ptr = bt->d_tiles[arg->tiles]; break;
+      case ARG_TILE_COUNT: vals[a].i = bt->ntiles[arg->tiles]; break;
+      case ARG_TENSOR_MAP: {
+        const Tensor *t = &e->ir.tensors[arg->tensor];
+        char m[256];
+        if (!tensor_map_encode(&vals[a].map, bt->tensor[arg->tensor], sym_eval(bt, arg->size),
+                               t->width, t->dtype == DT_FP16, (int)arg->i, m, sizeof m))
+          return fail(err, err_size, "kernel %s: the tensor map of %s: %s", l->kernel, t->name, m);
+        break;
+      }
       case ARG_WORKSPACE:
         if (!workspace(bt, arg, &vals[a].ptr, err, err_size)) return false;
         break;
@@ -263,9 +274,11 @@ bool gdpa_launch_range(GdpaBatch *bt, int from, int to, char *err, size_t err_si
       }
       args[a] = &vals[a];
     }
-    unsigned grid = l->grid == GRID_TILES
+    unsigned grid = l->grid != GRID_FIXED
                         ? (unsigned)bt->ntiles[l->tiles]
                         : (unsigned)((sym_eval(bt, l->size) + l->per_block - 1) / l->per_block);
+    if (l->grid == GRID_PERSISTENT && grid > (unsigned)gdpa_gpu_num_sms())
+      grid = (unsigned)gdpa_gpu_num_sms();
     void *fn;
     if (!gdpa_gpu_function(bt->module, l->kernel, &fn, err, err_size) ||
         !gdpa_gpu_launch(fn, grid, (unsigned)l->threads, (unsigned)l->smem, args, err, err_size))

@@ -43,6 +43,12 @@ static const GdpaCase gdpa_test_cases[] = {
     {ATTN_CROSS, ACT_SOFTMAX, false, 0, false, 4, 32, 0, 0, 300, 150, 0.125, 0, 0, 16},
     {ATTN_SELF, ACT_GELU, false, 60, false, 2, 24, 0, 0, 300, 300, 0.2, 0, 0, 0},
     {ATTN_PFFN, ACT_SOFTMAX, false, 0, false, 2, 16, 4, 0, 0, 300, 0.25, 0, 0, 32},
+    // fp16 storage on tensor cores (sm_90a forward): dh 64 and 128
+    {ATTN_SELF, ACT_SOFTMAX, false, 0, false, 2, 64, 0, 0, 300, 300, 0.125, 0, 0, 16},
+    {ATTN_SELF, ACT_SILU, true, 0, false, 2, 128, 0, 0, 300, 300, 0.088, 0, 0, 16},
+    // long sequences: many more work items than SMs, so each persistent CTA walks several
+    {ATTN_SELF, ACT_SOFTMAX, false, 0, false, 4, 64, 0, 0, 2000, 2000, 0.125, 0, 0, 0},
+    {ATTN_SELF, ACT_GELU, true, 0, false, 2, 128, 0, 0, 1500, 1500, 0.088, 0, 0, 0},
 };
 
 enum { GDPA_NUM_TEST_CASES = (int)(sizeof gdpa_test_cases / sizeof gdpa_test_cases[0]) };

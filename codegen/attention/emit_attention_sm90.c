@@ -1,0 +1,74 @@
+// emit_attention_sm90.c: the forward of a bf16 or fp16 attention on sm_90a, through the
+// Hopper kernel of kernels/attention_sm90.cuh (TMA, mbarrier, wgmma, warp specialization, a
+// persistent CTA per SM). Per node it writes one extern "C" wrapper that fixes the head dim,
+// activation, key tile, stages and element types, and takes the three tensor maps, the tile
+// list dealt for the persistent grid and its length (docs/attention.md).
+#include <stdio.h>
+#include <string.h>
+
+#include "attention_internal.h"
+#include "kernels_embedded.h"
+#include "target.h"
+
+enum { SM90_THREADS = 384, SM90_TILE_Q = 128, SM90_MAX_SMEM = 227 * 1024 };
+
+// attention_sm90.cuh's SM90_FORWARD_SMEM.
+static int forward_smem(int64_t dh, int bn, int stages) {
+  return (int)(1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * stages * bn * dh * 2 + 8 * (4 + 3 * stages));
+}
+
+// The key tile and pipeline depth: the schedule's tile_kv and stages when given, else 128 keys
+// and as many stages (2..4) as shared memory holds.
+static void sm90_shape(const AttnNode *a, int *bn, int *stages) {
+  *bn = a->n->sched.tile_kv == 64 ? 64 : 128;
+  *stages = a->n->sched.stages;
+  if (*stages < 2 || *stages > 4) {
+    *stages = 2;
+    while (*stages < 4 && forward_smem(a->dh, *bn, *stages + 1) <= SM90_MAX_SMEM) (*stages)++;
+  }
+}
+
+bool attn_sm90_forward_applies(const Lower *L, const AttnNode *a) {
+  const Target *t = target_find(L->p->target);
+  if (!t || !t->wgmma || !t->tma) return false;
+  if (a->q_shared || (a->dh != 64 && a->dh != 128)) return false;
+  const Ir *ir = L->ir;
+  DType q = ir->tensors[a->q].dtype, k = ir->tensors[a->k].dtype;
+  if ((k != DT_BF16 && k != DT_FP16) || q != k || ir->tensors[a->v].dtype != k) return false;
+  if (a->n->sched.tile_q != 0 && a->n->sched.tile_q != SM90_TILE_Q) return false;
+  int bn, stages;
+  sm90_shape(a, &bn, &stages);
+  return forward_smem(a->dh, bn, stages) <= SM90_MAX_SMEM;
+}
+
+bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a) {
+  const Ir *ir = L->ir;
+  const Node *n = &ir->nodes[node];
+  if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_CUH")) sb_puts(&L->src, kernel_attention_sm90_cuh);
+  int bn, stages;
+  sm90_shape(a, &bn, &stages);
+  char kernel[128];
+  snprintf(kernel, sizeof kernel, "%s_fwd", a->name);
+  attn_kernel_comment(L, n, "fwd");
+  int tiles = attn_tile_list(L, a, node, SM90_TILE_Q, false);
+  L->tiles[tiles].tile_kv = bn;
+  L->tiles[tiles].persistent = true;
+  KernelBuilder kb;
+  kb_begin_persistent(&kb, L, node, kernel, tiles, SM90_THREADS, forward_smem(a->dh, bn, stages));
+  kb_tensor_out(&kb, "out", n->out);
+  kb_tensor_map(&kb, "q_map", a->q, SM90_TILE_Q);
+  kb_tensor_map(&kb, "k_map", a->k, bn);
+  kb_tensor_map(&kb, "v_map", a->v, bn);
+  attn_offsets(&kb, a);
+  kb_tiles(&kb, "tiles");
+  kb_tile_count(&kb, "tile_count");
+  StrBuf body = {0};
+  attn_rows_value(&body, a);
+  sb_printf(&body, "  attn_forward_sm90<%lld, %s, %d, %d, %s>(out, q_map, k_map, v_map, rows, tiles,\n"
+                   "      (int)tile_count);\n",
+            (long long)a->dh, attn_act_enum(node_act(n)), bn, stages,
+            ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false");
+  kb_end(&kb, body.data);
+  sb_free(&body);
+  return true;
+}

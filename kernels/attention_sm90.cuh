@@ -1,0 +1,541 @@
+// attention_sm90.cuh: the Hopper (sm_90a) forward GDPA kernel: TMA, mbarrier pipelines, wgmma,
+// warp specialization and a persistent schedule (docs/attention.md, "The sm_90a kernel").
+//
+// One CTA per SM, 3 warpgroups. Warpgroup 0 is the producer: after setmaxnreg gives most of
+// its registers away, one thread issues every TMA copy. Warpgroups 1 and 2 are consumers,
+// 64 query rows each of a 128-row query tile; both read the same K and V stages. The CTA walks
+// its own entries of the tile list, c, c + G, c + 2G, ... (G = the grid), in the order the
+// host dealt them (runtime/gpu/gpu_tiles.c: longest first, back and forth over the CTAs).
+//
+// The pipeline: Q tiles have two buffers and K/V tiles STAGES, each with a "full" barrier the
+// copy engine completes (expect_tx bytes) and an "empty" barrier the 256 consumer threads
+// arrive on when their wgmma reads of it are done. The producer never waits for an item to
+// finish: it loads the next item's Q and first K/V while the consumers finish the current one
+// (outer-loop pipelining), so short KV loops do not drain the pipeline.
+//
+// Tiles are packed jagged rows: a box that starts inside one example runs on into the next
+// example's rows (or past the matrix end, where TMA reads zeros); those rows are masked in the
+// scores and never stored. Shared-memory tiles are 128-byte swizzled (TMA's SWIZZLE_128B, which
+// is wgmma's 128B layout), one 64-column half after the other for DH = 128.
+//
+// S = Q·Kᵀ is wgmma m64nBNk16 with both operands in shared memory (K-major); O += P·V takes P
+// from registers (the S accumulator fragments re-packed to 16-bit, as for mma.sync) and V from
+// shared memory, transposed (N-major). Softmax runs online as in attention_forward.cuh.
+// defines: TmaMap, attn_forward_sm90
+#ifndef GEMC_ATTENTION_SM90_CUH
+#define GEMC_ATTENTION_SM90_CUH
+#ifndef GEMC_ON_CPU
+
+// cuda.h's CUtensorMap, by value: a __grid_constant__ kernel parameter the runtime fills with
+// cuTensorMapEncodeTiled (runtime/gpu/tensor_map.c).
+struct __align__(64) TmaMap {
+  unsigned long long opaque[16];
+};
+
+enum {
+  SM90_CONSUMERS = 2,                     // consumer warpgroups
+  SM90_THREADS = 128 * (1 + SM90_CONSUMERS),
+  SM90_TILE_Q = 64 * SM90_CONSUMERS,      // query rows per work item
+  SM90_PRODUCER_REGS = 40,                // setmaxnreg: 128 x 40 + 256 x 232 <= 65536
+  SM90_CONSUMER_REGS = 232,
+};
+
+// ---------------------------------------------------------------------------------------------
+// mbarrier
+
+__device__ __forceinline__ void sm90_bar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also announces `bytes` of copies that will complete on the barrier.
+__device__ __forceinline__ void sm90_bar_expect(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void sm90_bar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void sm90_bar_wait(unsigned bar, unsigned parity) {
+  unsigned done = 0;
+  while (!done)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(done)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// TMA: one box of `map` at (column, row) into shared memory, completing on `bar`.
+
+__device__ __forceinline__ void sm90_tma_load(unsigned dst, const TmaMap &map, int col, int row,
+                                              unsigned bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"((unsigned long long)&map), "r"(col), "r"(row), "r"(bar)
+               : "memory");
+}
+
+__device__ __forceinline__ void sm90_tma_prefetch_map(const TmaMap &map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)&map) : "memory");
+}
+
+// ---------------------------------------------------------------------------------------------
+// wgmma
+
+// A shared-memory matrix descriptor for the 128-byte swizzled layout: start address, leading
+// and stride byte offsets (PTX ISA, "Matrix Descriptor Format").
+__device__ __forceinline__ unsigned long long sm90_desc(unsigned addr, unsigned lead,
+                                                        unsigned stride) {
+  return (unsigned long long)((addr & 0x3ffff) >> 4) | (unsigned long long)(lead >> 4) << 16 |
+         (unsigned long long)(stride >> 4) << 32 | 1ull << 62;
+}
+
+__device__ __forceinline__ void sm90_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void sm90_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void sm90_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of accumulator registers across a wgmma
+// fence or wait (the wgmma asm statements name them, but their results land later).
+template <int N> __device__ __forceinline__ void sm90_pin(float *r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// Two floats -> one register of two 16-bit values (bf16, or fp16 when F16), `lo` first.
+template <bool F16> __device__ __forceinline__ unsigned sm90_pack(float lo, float hi) {
+  unsigned r;
+  if (F16)
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  else
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// d (64 x 64 fp32) (+)= A (64 x 16, shared, K-major) * B (64 x 16, shared, K-major)ᵀ.
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_ss_n64(float *d, unsigned long long a,
+                                              unsigned long long b, int accumulate) {
+  if (F16)
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d (64 x 128 fp32) (+)= A (64 x 16, shared, K-major) * B (128 x 16, shared, K-major)ᵀ.
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_ss_n128(float *d, unsigned long long a,
+                                              unsigned long long b, int accumulate) {
+  if (F16)
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// d (64 x 64 fp32) += A (64 x 16, registers) * B (16 x 64, shared, N-major: transposed).
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_rs_n64(float *d, const unsigned *a,
+                                              unsigned long long b) {
+  if (F16)
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// d (64 x 128 fp32) += A (64 x 16, registers) * B (16 x 128, shared, N-major: transposed).
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_rs_n128(float *d, const unsigned *a,
+                                              unsigned long long b) {
+  if (F16)
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+template <int N, bool F16>
+__device__ __forceinline__ void sm90_mma_ss(float *d, unsigned long long a, unsigned long long b,
+                                            int accumulate) {
+  if (N == 64)
+    sm90_mma_ss_n64<F16>(d, a, b, accumulate);
+  else
+    sm90_mma_ss_n128<F16>(d, a, b, accumulate);
+}
+template <int N, bool F16>
+__device__ __forceinline__ void sm90_mma_rs(float *d, const unsigned *a, unsigned long long b) {
+  if (N == 64)
+    sm90_mma_rs_n64<F16>(d, a, b);
+  else
+    sm90_mma_rs_n128<F16>(d, a, b);
+}
+
+__device__ __forceinline__ void sm90_store2(float *p, float a, float b) { p[0] = a, p[1] = b; }
+__device__ __forceinline__ void sm90_store2(bf16_t *p, float a, float b) {
+  *(unsigned *)p = sm90_pack<false>(a, b);
+}
+__device__ __forceinline__ void sm90_store2(fp16_t *p, float a, float b) {
+  *(unsigned *)p = sm90_pack<true>(a, b);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Work items
+
+// One entry of the tile list as both roles see it: the example, its first query row and head,
+// the rows it has, and its key tiles [jlo, jlo + nkv * BN).
+struct Sm90Item {
+  AttnExample e;
+  int i0, h, nq, jlo, nkv;
+};
+
+// False for a hole in the deal (example -1).
+template <int BN>
+__device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restrict__ tiles,
+                                          int index, Sm90Item *it) {
+  const int *tile = tiles + 3 * index;
+  const int b = tile[0];
+  if (b < 0) return false;
+  it->i0 = tile[1];
+  it->h = tile[2];
+  it->e = attn_example(r, b);
+  it->nq = it->e.q_len - it->i0 < SM90_TILE_Q ? it->e.q_len - it->i0 : SM90_TILE_Q;
+  // The keys the rows see (attn_key_range, with the low end rounded to BN).
+  const int i1 = it->i0 + it->nq;
+  int lo = 0, hi = it->e.kv_len;
+  if (r.causal && i1 < hi) hi = i1;
+  if (r.window > 0) {
+    lo = it->i0 - r.window + 1;
+    if (lo < 0) lo = 0;
+    if (!r.causal && i1 + r.window - 1 < hi) hi = i1 + r.window - 1;
+  }
+  lo -= lo % BN;
+  it->jlo = lo;
+  it->nkv = hi > lo ? (hi - lo + BN - 1) / BN : 0;
+  return true;
+}
+
+// The shared memory attn_forward_sm90 takes: 1 KB of alignment slack, two Q tiles, STAGES K
+// and V tiles, the barriers.
+#define SM90_FORWARD_SMEM(DH, BN, STAGES) \
+  (1024 + 2 * 128 * (DH) * 2 + 2 * (STAGES) * (BN) * (DH) * 2 + 8 * (4 + 3 * (STAGES)))
+
+// ---------------------------------------------------------------------------------------------
+// The kernel body. DH: 64 or 128; BN: keys per tile, 64 or 128; F16: q, k, v are fp16 (else
+// bf16); `count` entries in `tiles`, dealt for gridDim.x CTAs.
+
+template <int DH, int ACT, int BN, int STAGES, bool F16, typename OT>
+__device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const TmaMap &q_map,
+                                                  const TmaMap &k_map, const TmaMap &v_map,
+                                                  const AttnRows &r,
+                                                  const int *__restrict__ tiles, int count) {
+  enum {
+    HALVES = DH / 64,                // 64-column (128-byte) halves of a row
+    Q_HALF = SM90_TILE_Q * 128,      // bytes of one half of a Q tile
+    KV_HALF = BN * 128,
+    Q_BYTES = Q_HALF * HALVES,
+    KV_BYTES = KV_HALF * HALVES,
+    S_REGS = BN / 2,                 // score accumulators per thread (64 x BN over 128)
+    O_REGS = DH / 2,
+    SOFTMAX = ACT == ATTN_ACT_SOFTMAX,
+  };
+  extern __shared__ __align__(1024) unsigned char sm90_smem[];
+  const unsigned base = (attn_smem_addr(sm90_smem) + 1023u) & ~1023u;  // the swizzle's period
+  const unsigned q_tiles = base;                           // [2]
+  const unsigned k_tiles = q_tiles + 2 * Q_BYTES;          // [STAGES]
+  const unsigned v_tiles = k_tiles + STAGES * KV_BYTES;    // [STAGES]
+  const unsigned q_full = v_tiles + STAGES * KV_BYTES;     // 8-byte barriers from here
+  const unsigned q_empty = q_full + 16, k_full = q_empty + 16;
+  const unsigned v_full = k_full + 8 * STAGES, kv_empty = v_full + 8 * STAGES;
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; i++) {
+      sm90_bar_init(q_full + 8 * i, 1);
+      sm90_bar_init(q_empty + 8 * i, 128 * SM90_CONSUMERS);
+    }
+    for (int s = 0; s < STAGES; s++) {
+      sm90_bar_init(k_full + 8 * s, 1);
+      sm90_bar_init(v_full + 8 * s, 1);
+      sm90_bar_init(kv_empty + 8 * s, 128 * SM90_CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");  // SM90_PRODUCER_REGS
+    if (threadIdx.x != 0) return;
+    sm90_tma_prefetch_map(q_map);
+    sm90_tma_prefetch_map(k_map);
+    sm90_tma_prefetch_map(v_map);
+    int n = 0, c = 0;  // items and key tiles loaded so far
+    for (int index = blockIdx.x; index < count; index += gridDim.x) {
+      Sm90Item it;
+      if (!sm90_item<BN>(r, tiles, index, &it)) continue;
+      const int qb = n & 1;
+      sm90_bar_wait(q_empty + 8 * qb, ((n >> 1) & 1) ^ 1);
+      sm90_bar_expect(q_full + 8 * qb, Q_BYTES);
+#pragma unroll
+      for (int half = 0; half < HALVES; half++)
+        sm90_tma_load(q_tiles + qb * Q_BYTES + half * Q_HALF, q_map, it.h * DH + 64 * half,
+                      (int)(it.e.q_start + it.i0), q_full + 8 * qb);
+      n++;
+      for (int j = 0; j < it.nkv; j++, c++) {
+        const int s = c % STAGES;
+        sm90_bar_wait(kv_empty + 8 * s, ((c / STAGES) & 1) ^ 1);
+        const int row = (int)(it.e.kv_start + it.jlo + j * BN);
+        sm90_bar_expect(k_full + 8 * s, KV_BYTES);
+#pragma unroll
+        for (int half = 0; half < HALVES; half++)
+          sm90_tma_load(k_tiles + s * KV_BYTES + half * KV_HALF, k_map, it.h * DH + 64 * half,
+                        row, k_full + 8 * s);
+        sm90_bar_expect(v_full + 8 * s, KV_BYTES);
+#pragma unroll
+        for (int half = 0; half < HALVES; half++)
+          sm90_tma_load(v_tiles + s * KV_BYTES + half * KV_HALF, v_map, it.h * DH + 64 * half,
+                        row, v_full + 8 * s);
+      }
+    }
+    return;
+  }
+
+  // A consumer warpgroup: query rows [64 cw, 64 cw + 64) of each item.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");  // SM90_CONSUMER_REGS
+  const int cw = threadIdx.x / 128 - 1;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const float scale_log2 = r.scale * ATTN_LOG2E;
+  int n = 0, c = 0;
+  for (int index = blockIdx.x; index < count; index += gridDim.x) {
+    Sm90Item it;
+    if (!sm90_item<BN>(r, tiles, index, &it)) continue;
+    const int qb = n & 1;
+    sm90_bar_wait(q_full + 8 * qb, (n >> 1) & 1);
+    n++;
+    const unsigned q_rows = q_tiles + qb * Q_BYTES + cw * 64 * 128;
+    const int row0 = it.i0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
+    float o[O_REGS];
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++) o[i] = 0.0f;
+    float row_max[2] = {-ATTN_INF, -ATTN_INF}, row_sum[2] = {0.0f, 0.0f};
+
+    for (int j = 0; j < it.nkv; j++, c++) {
+      const int s = c % STAGES;
+      const unsigned phase = (c / STAGES) & 1;
+      const int j0 = it.jlo + j * BN;
+
+      // S = Q·Kᵀ
+      float sc[S_REGS];
+#pragma unroll
+      for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
+      sm90_bar_wait(k_full + 8 * s, phase);
+      sm90_pin<S_REGS>(sc);
+      sm90_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < DH / 16; kk++) {
+        const unsigned step = (kk & 3) * 32;  // 16 columns of a 128-byte row: 32 bytes
+        const unsigned long long a = sm90_desc(q_rows + (kk / 4) * Q_HALF + step, 16, 1024);
+        const unsigned long long b =
+            sm90_desc(k_tiles + s * KV_BYTES + (kk / 4) * KV_HALF + step, 16, 1024);
+        sm90_mma_ss<BN, F16>(sc, a, b, kk > 0);
+      }
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<S_REGS>(sc);
+
+      // S -> P: mask, activation (or online softmax). Accumulator n-block nb holds keys
+      // j0 + 8 nb + 2t + {0, 1} of rows row0 (values 0, 1) and row0 + 8 (values 2, 3).
+      const bool edge = j0 + BN > it.e.kv_len || r.causal || r.window > 0;
+      if (SOFTMAX) {
+        float tile_max[2] = {-ATTN_INF, -ATTN_INF};
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++) {
+          float x = sc[i] * scale_log2;
+          if (edge) {
+            const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            if (key >= it.e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key))
+              x = -ATTN_INF;
+          }
+          sc[i] = x;
+          tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], x);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          float mx = tile_max[half];
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float m_new = fmaxf(row_max[half], mx);
+          const float m_use = m_new == -ATTN_INF ? 0.0f : m_new;
+          const float correction = exp2f(row_max[half] - m_use);
+          row_max[half] = m_new;
+          row_sum[half] *= correction;
+#pragma unroll
+          for (int i = 0; i < O_REGS; i++)
+            if (((i >> 1) & 1) == half) o[i] *= correction;
+#pragma unroll
+          for (int i = 0; i < S_REGS; i++)
+            if (((i >> 1) & 1) == half) {
+              const float p = exp2f(sc[i] - m_use);
+              sc[i] = p;
+              row_sum[half] += p;
+            }
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++) {
+          float p = attn_act_tc<ACT>(sc[i] * r.scale) * r.inv_norm;
+          if (edge) {
+            const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
+            if (key >= it.e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key)) p = 0.0f;
+          }
+          sc[i] = p;
+        }
+      }
+      unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) pa[kk][q] = sm90_pack<F16>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
+
+      // O += P·V
+      sm90_bar_wait(v_full + 8 * s, phase);
+      sm90_pin<O_REGS>(o);
+      sm90_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++)
+        sm90_mma_rs<DH, F16>(o, pa[kk],
+                             sm90_desc(v_tiles + s * KV_BYTES + kk * 16 * 128, KV_HALF, 1024));
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<O_REGS>(o);
+      sm90_bar_arrive(kv_empty + 8 * s);
+    }
+    sm90_bar_arrive(q_empty + 8 * qb);
+
+    // Normalize and store this thread's rows that exist.
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      float inv = 1.0f;
+      if (SOFTMAX) {
+        float sum = row_sum[half];
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key is 0, never NaN
+      }
+      const int i = row0 + 8 * half;
+      if (i >= it.e.q_len) continue;
+      OT *dst = out + (it.e.o_start + i) * r.d + it.h * DH + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < DH / 8; nb++)
+        sm90_store2(dst + 8 * nb, o[4 * nb + 2 * half] * inv, o[4 * nb + 2 * half + 1] * inv);
+    }
+  }
+}
+
+#endif  // GEMC_ON_CPU
+#endif
