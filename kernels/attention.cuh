@@ -96,9 +96,17 @@ __device__ __forceinline__ float attn_sigmoid(float x) {
 template <int ACT> __device__ __forceinline__ float attn_act(float x) {
   if (ACT == ATTN_ACT_SILU) return x * attn_sigmoid(x);
   if (ACT == ATTN_ACT_GELU) return 0.5f * x * (1.0f + erff(x * ATTN_INV_SQRT_2));
-  if (ACT == ATTN_ACT_GELU_TAYLOR) {
-    float x2 = x * x;
-    return 0.5f * x + ATTN_INV_SQRT_2PI * x2 * (1.0f - x2 * (1.0f / 6.0f) + x2 * x2 * (1.0f / 40.0f));
+  if (ACT == ATTN_ACT_GELU_TAYLOR) {  // prelude.cuh's act_gelu_taylor in fp32: ALU only, selects
+    float t = x * x, p = GELU_TAYLOR_A8;
+    p = p * t + GELU_TAYLOR_A7;
+    p = p * t + GELU_TAYLOR_A6;
+    p = p * t + GELU_TAYLOR_A5;
+    p = p * t + GELU_TAYLOR_A4;
+    p = p * t + GELU_TAYLOR_A3;
+    p = p * t + GELU_TAYLOR_A2;
+    p = p * t + GELU_TAYLOR_A1;
+    float y = 0.5f * x + t * p;
+    return x >= GELU_TAYLOR_CLAMP ? x : (x <= -GELU_TAYLOR_CLAMP ? 0.0f : y);
   }
   if (ACT == ATTN_ACT_RELU) return x > 0.0f ? x : 0.0f;
   if (ACT == ATTN_ACT_SIGMOID) return attn_sigmoid(x);
@@ -112,9 +120,17 @@ template <int ACT> __device__ __forceinline__ float attn_act_grad(float x) {
   }
   if (ACT == ATTN_ACT_GELU)
     return 0.5f * (1.0f + erff(x * ATTN_INV_SQRT_2)) + x * ATTN_INV_SQRT_2PI * __expf(-0.5f * x * x);
-  if (ACT == ATTN_ACT_GELU_TAYLOR) {
-    float x2 = x * x;
-    return 0.5f + ATTN_INV_SQRT_2PI * x * (2.0f - x2 * (4.0f / 6.0f) + x2 * x2 * (6.0f / 40.0f));
+  if (ACT == ATTN_ACT_GELU_TAYLOR) {  // the derivative of exactly attn_act's polynomial
+    float t = x * x, p = 8.0f * GELU_TAYLOR_A8;
+    p = p * t + 7.0f * GELU_TAYLOR_A7;
+    p = p * t + 6.0f * GELU_TAYLOR_A6;
+    p = p * t + 5.0f * GELU_TAYLOR_A5;
+    p = p * t + 4.0f * GELU_TAYLOR_A4;
+    p = p * t + 3.0f * GELU_TAYLOR_A3;
+    p = p * t + 2.0f * GELU_TAYLOR_A2;
+    p = p * t + GELU_TAYLOR_A1;
+    float y = 0.5f + 2.0f * x * p;
+    return x >= GELU_TAYLOR_CLAMP ? 1.0f : (x <= -GELU_TAYLOR_CLAMP ? 0.0f : y);
   }
   if (ACT == ATTN_ACT_RELU) return x > 0.0f ? 1.0f : 0.0f;
   if (ACT == ATTN_ACT_SIGMOID) {

@@ -285,6 +285,80 @@ __device__ __forceinline__ void sm90_store2(fp16_t *p, float a, float b) {
   *(unsigned *)p = sm90_pack<true>(a, b);
 }
 
+// S (64 x BN) = Q·Kᵀ for one consumer warpgroup: its 64 rows of the Q tile at q_rows against
+// the K tile at k_tile, DH/16 wgmma issued (the caller fences before and commits after).
+template <int DH, int BN, bool F16>
+__device__ __forceinline__ void sm90_scores(float *sc, unsigned q_rows, unsigned k_tile) {
+#pragma unroll
+  for (int kk = 0; kk < DH / 16; kk++) {
+    const unsigned step = (kk & 3) * 32;  // 16 columns of a 128-byte row: 32 bytes
+    sm90_mma_ss<BN, F16>(sc, sm90_desc(q_rows + (kk / 4) * SM90_TILE_Q * 128 + step, 16, 1024),
+                         sm90_desc(k_tile + (kk / 4) * BN * 128 + step, 16, 1024), kk > 0);
+  }
+}
+
+// S -> P for one key tile, in place: mask, activation (or online softmax, with the factor
+// `correction` that O must be rescaled by before this tile's P·V is added). Accumulator n-block nb holds keys j0 + 8 nb + 2t + {0, 1}
+// of rows row0 (values 0, 1) and row0 + 8 (values 2, 3).
+template <int ACT, int BN>
+__device__ __forceinline__ void sm90_activate(float *sc, float *correction, float *row_max,
+                                              float *row_sum, const AttnRows &r,
+                                              const AttnExample &e, int j0, int row0, int t) {
+  enum { S_REGS = BN / 2, SOFTMAX = ACT == ATTN_ACT_SOFTMAX };
+  const float scale_log2 = r.scale * ATTN_LOG2E;
+  const bool edge = j0 + BN > e.kv_len || r.causal || r.window > 0;
+  if (SOFTMAX) {
+    float tile_max[2] = {-ATTN_INF, -ATTN_INF};
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++) {
+      float x = sc[i] * scale_log2;
+      if (edge) {
+        const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
+        if (key >= e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key))
+          x = -ATTN_INF;
+      }
+      sc[i] = x;
+      tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], x);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      float mx = tile_max[half];
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(row_max[half], mx);
+      const float m_use = m_new == -ATTN_INF ? 0.0f : m_new;
+      correction[half] = exp2f(row_max[half] - m_use);
+      row_max[half] = m_new;
+      row_sum[half] *= correction[half];
+#pragma unroll
+      for (int i = 0; i < S_REGS; i++)
+        if (((i >> 1) & 1) == half) {
+          const float p = exp2f(sc[i] - m_use);
+          sc[i] = p;
+          row_sum[half] += p;
+        }
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++) {
+      float p = attn_act_tc<ACT>(sc[i] * r.scale) * r.inv_norm;
+      if (edge) {
+        const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
+        if (key >= e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key)) p = 0.0f;
+      }
+      sc[i] = p;
+    }
+  }
+}
+
+// O (64 x DH) += P·V: P from registers, the V tile at v_tile transposed, BN/16 wgmma issued.
+template <int DH, int BN, bool F16>
+__device__ __forceinline__ void sm90_values(float *o, unsigned (*pa)[4], unsigned v_tile) {
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++)
+    sm90_mma_rs<DH, F16>(o, pa[kk], sm90_desc(v_tile + kk * 16 * 128, BN * 128, 1024));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Work items
 
@@ -324,7 +398,7 @@ __device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restri
 // The shared memory attn_forward_sm90 takes: 1 KB of alignment slack, two Q tiles, STAGES K
 // and V tiles, the barriers.
 #define SM90_FORWARD_SMEM(DH, BN, STAGES) \
-  (1024 + 2 * 128 * (DH) * 2 + 2 * (STAGES) * (BN) * (DH) * 2 + 8 * (4 + 3 * (STAGES)))
+  (1024 + 2 * 128 * (DH) * 2 + 2 * (STAGES) * (BN) * (DH) * 2 + 8 * (4 + 4 * (STAGES)))
 
 // ---------------------------------------------------------------------------------------------
 // The kernel body. DH: 64 or 128; BN: keys per tile, 64 or 128; F16: q, k, v are fp16 (else
@@ -352,7 +426,8 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
   const unsigned v_tiles = k_tiles + STAGES * KV_BYTES;    // [STAGES]
   const unsigned q_full = v_tiles + STAGES * KV_BYTES;     // 8-byte barriers from here
   const unsigned q_empty = q_full + 16, k_full = q_empty + 16;
-  const unsigned v_full = k_full + 8 * STAGES, kv_empty = v_full + 8 * STAGES;
+  const unsigned v_full = k_full + 8 * STAGES, k_empty = v_full + 8 * STAGES;
+  const unsigned v_empty = k_empty + 8 * STAGES;
 
   if (threadIdx.x == 0) {
     for (int i = 0; i < 2; i++) {
@@ -362,7 +437,8 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     for (int s = 0; s < STAGES; s++) {
       sm90_bar_init(k_full + 8 * s, 1);
       sm90_bar_init(v_full + 8 * s, 1);
-      sm90_bar_init(kv_empty + 8 * s, 128 * SM90_CONSUMERS);
+      sm90_bar_init(k_empty + 8 * s, 128 * SM90_CONSUMERS);
+      sm90_bar_init(v_empty + 8 * s, 128 * SM90_CONSUMERS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -388,13 +464,15 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       n++;
       for (int j = 0; j < it.nkv; j++, c++) {
         const int s = c % STAGES;
-        sm90_bar_wait(kv_empty + 8 * s, ((c / STAGES) & 1) ^ 1);
+        const unsigned free_parity = ((c / STAGES) & 1) ^ 1;
         const int row = (int)(it.e.kv_start + it.jlo + j * BN);
+        sm90_bar_wait(k_empty + 8 * s, free_parity);
         sm90_bar_expect(k_full + 8 * s, KV_BYTES);
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
           sm90_tma_load(k_tiles + s * KV_BYTES + half * KV_HALF, k_map, it.h * DH + 64 * half,
                         row, k_full + 8 * s);
+        sm90_bar_wait(v_empty + 8 * s, free_parity);
         sm90_bar_expect(v_full + 8 * s, KV_BYTES);
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
@@ -424,97 +502,63 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     for (int i = 0; i < O_REGS; i++) o[i] = 0.0f;
     float row_max[2] = {-ATTN_INF, -ATTN_INF}, row_sum[2] = {0.0f, 0.0f};
 
+    // The loop is software-pipelined inside the warpgroup: the activation of key tile j runs
+    // while the tensor cores still add tile j-1's P·V; then S of tile j+1 and P·V of tile j
+    // are issued together, and only S is waited for. K and V stages are released apart (K
+    // once its S is done, V once its P·V is), so the producer refills K a tile earlier. The
+    // extra S issued with the last tile keeps every wgmma out of a branch (which ptxas would
+    // serialize); its result is dropped.
+    float sc[S_REGS];
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
+    unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
+    if (it.nkv > 0) {
+      sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
+      sm90_pin<S_REGS>(sc);
+      sm90_wgmma_fence();
+      sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + (c % STAGES) * KV_BYTES);
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<S_REGS>(sc);
+      sm90_bar_arrive(k_empty + 8 * (c % STAGES));  // K is read; V stays until its P·V is done
+    }
     for (int j = 0; j < it.nkv; j++, c++) {
       const int s = c % STAGES;
-      const unsigned phase = (c / STAGES) & 1;
-      const int j0 = it.jlo + j * BN;
-
-      // S = Q·Kᵀ
-      float sc[S_REGS];
-#pragma unroll
-      for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
-      sm90_bar_wait(k_full + 8 * s, phase);
-      sm90_pin<S_REGS>(sc);
-      sm90_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < DH / 16; kk++) {
-        const unsigned step = (kk & 3) * 32;  // 16 columns of a 128-byte row: 32 bytes
-        const unsigned long long a = sm90_desc(q_rows + (kk / 4) * Q_HALF + step, 16, 1024);
-        const unsigned long long b =
-            sm90_desc(k_tiles + s * KV_BYTES + (kk / 4) * KV_HALF + step, 16, 1024);
-        sm90_mma_ss<BN, F16>(sc, a, b, kk > 0);
-      }
-      sm90_wgmma_commit();
-      sm90_wgmma_wait<0>();
-      sm90_pin<S_REGS>(sc);
-
-      // S -> P: mask, activation (or online softmax). Accumulator n-block nb holds keys
-      // j0 + 8 nb + 2t + {0, 1} of rows row0 (values 0, 1) and row0 + 8 (values 2, 3).
-      const bool edge = j0 + BN > it.e.kv_len || r.causal || r.window > 0;
+      float correction[2] = {1.0f, 1.0f};
+      sm90_activate<ACT, BN>(sc, correction, row_max, row_sum, r, it.e, it.jlo + j * BN, row0, t);
+      sm90_wgmma_wait<0>();  // tile j-1's P·V
+      sm90_pin<O_REGS>(o);
+      if (j > 0) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
       if (SOFTMAX) {
-        float tile_max[2] = {-ATTN_INF, -ATTN_INF};
 #pragma unroll
-        for (int i = 0; i < S_REGS; i++) {
-          float x = sc[i] * scale_log2;
-          if (edge) {
-            const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
-            if (key >= it.e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key))
-              x = -ATTN_INF;
-          }
-          sc[i] = x;
-          tile_max[(i >> 1) & 1] = fmaxf(tile_max[(i >> 1) & 1], x);
-        }
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-          float mx = tile_max[half];
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-          const float m_new = fmaxf(row_max[half], mx);
-          const float m_use = m_new == -ATTN_INF ? 0.0f : m_new;
-          const float correction = exp2f(row_max[half] - m_use);
-          row_max[half] = m_new;
-          row_sum[half] *= correction;
-#pragma unroll
-          for (int i = 0; i < O_REGS; i++)
-            if (((i >> 1) & 1) == half) o[i] *= correction;
-#pragma unroll
-          for (int i = 0; i < S_REGS; i++)
-            if (((i >> 1) & 1) == half) {
-              const float p = exp2f(sc[i] - m_use);
-              sc[i] = p;
-              row_sum[half] += p;
-            }
-        }
-      } else {
-#pragma unroll
-        for (int i = 0; i < S_REGS; i++) {
-          float p = attn_act_tc<ACT>(sc[i] * r.scale) * r.inv_norm;
-          if (edge) {
-            const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
-            if (key >= it.e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key)) p = 0.0f;
-          }
-          sc[i] = p;
-        }
+        for (int i = 0; i < O_REGS; i++) o[i] *= correction[(i >> 1) & 1];
       }
-      unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) pa[kk][q] = sm90_pack<F16>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
-
-      // O += P·V
-      sm90_bar_wait(v_full + 8 * s, phase);
+        for (int q = 0; q < 4; q++)
+          pa[kk][q] = sm90_pack<F16>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
+      const bool last = j + 1 == it.nkv;
+      const int next = (c + 1) % STAGES;
+      // The last tile's extra S multiplies the Q tile by itself: shared memory nobody writes
+      // until this warpgroup releases it, so the discarded result races with no copy.
+      const unsigned next_k = last ? q_tiles + qb * Q_BYTES : k_tiles + next * KV_BYTES;
+      if (!last) sm90_bar_wait(k_full + 8 * next, ((c + 1) / STAGES) & 1);
+      sm90_bar_wait(v_full + 8 * s, (c / STAGES) & 1);
+      sm90_pin<S_REGS>(sc);
       sm90_pin<O_REGS>(o);
       sm90_wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++)
-        sm90_mma_rs<DH, F16>(o, pa[kk],
-                             sm90_desc(v_tiles + s * KV_BYTES + kk * 16 * 128, KV_HALF, 1024));
+      sm90_scores<DH, BN, F16>(sc, q_rows, next_k);
       sm90_wgmma_commit();
-      sm90_wgmma_wait<0>();
-      sm90_pin<O_REGS>(o);
-      sm90_bar_arrive(kv_empty + 8 * s);
+      sm90_values<DH, BN, F16>(o, pa, v_tiles + s * KV_BYTES);
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<1>();  // S of tile j+1; P·V of tile j stays in flight
+      sm90_pin<S_REGS>(sc);
+      if (!last) sm90_bar_arrive(k_empty + 8 * next);
     }
+    sm90_wgmma_wait<0>();  // the last P·V (nothing is in flight when there was no key tile)
+    sm90_pin<O_REGS>(o);
+    if (it.nkv > 0) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
     sm90_bar_arrive(q_empty + 8 * qb);
 
     // Normalize and store this thread's rows that exist.

@@ -11,6 +11,7 @@ extern const char kernel_attention_forward_cuh[];
 extern const char kernel_attention_backward_cuh[];
 extern const char kernel_attention_simt_cuh[];
 extern const char kernel_attention_sm90_cuh[];
+extern const char kernel_attention_sm90_backward_cuh[];
 extern const char kernel_gemm_cuh[];
 extern const char kernel_attention_quantized_cuh[];
 

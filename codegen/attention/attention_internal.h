@@ -76,6 +76,11 @@ bool emit_attention_plain(Lower *L, int node);
 // head dim 64 or 128, not PMA, the target has wgmma and TMA), and its emitter.
 bool attn_sm90_forward_applies(const Lower *L, const AttnNode *a);
 bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a);
+// The sm_90a backward: dQ (kv false; g1 = dQ) or dK and dV (kv true; g1 = dK, g2 = dV, either
+// -1 when not wanted), of element type grad_type, with the softmax statistics `stats`.
+bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a);
+void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
+                                  const char *grad_type, LaunchArg stats);
 bool emit_attention_quantized(Lower *L, int node);
 
 #endif

@@ -165,7 +165,10 @@ static bool emit_backward(Lower *L, int node) {
     sb_free(&body);
   }
 
-  if (who[0] >= 0) {  // dQ
+  bool sm90 = attn_sm90_backward_applies(L, &a);
+  if (who[0] >= 0 && sm90 && !pma) {  // dQ on the sm_90a kernel
+    emit_attention_backward_sm90(L, node, &a, false, ir->nodes[who[0]].out, -1, gt[0], stats);
+  } else if (who[0] >= 0) {  // dQ
     int dq = ir->nodes[who[0]].out;
     snprintf(kernel, sizeof kernel, "%s_bwd_q", a.name);
     attn_kernel_comment(L, n, pma ? "bwd: dQ summed over the batch" : "bwd: dQ");
@@ -205,7 +208,11 @@ static bool emit_backward(Lower *L, int node) {
     if (chunks > 1) pma_sum_chunks(L, node, &a, dq, partial, chunks);
   }
 
-  if (who[1] >= 0 || who[2] >= 0) {  // dK and dV
+  if ((who[1] >= 0 || who[2] >= 0) && sm90) {  // dK and dV on the sm_90a kernel
+    emit_attention_backward_sm90(L, node, &a, true, who[1] >= 0 ? ir->nodes[who[1]].out : -1,
+                                 who[2] >= 0 ? ir->nodes[who[2]].out : -1,
+                                 gt[1] ? gt[1] : gt[2], stats);
+  } else if (who[1] >= 0 || who[2] >= 0) {  // dK and dV
     const char *t = gt[1] ? gt[1] : gt[2];
     snprintf(kernel, sizeof kernel, "%s_bwd_kv", a.name);
     attn_kernel_comment(L, n, "bwd: dK, dV");

@@ -14,7 +14,7 @@ enum { SM90_THREADS = 384, SM90_TILE_Q = 128, SM90_MAX_SMEM = 227 * 1024 };
 
 // attention_sm90.cuh's SM90_FORWARD_SMEM.
 static int forward_smem(int64_t dh, int bn, int stages) {
-  return (int)(1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * stages * bn * dh * 2 + 8 * (4 + 3 * stages));
+  return (int)(1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * stages * bn * dh * 2 + 8 * (4 + 4 * stages));
 }
 
 // The key tile and pipeline depth: the schedule's tile_kv and stages when given, else 128 keys
@@ -71,4 +71,61 @@ bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a) {
   kb_end(&kb, body.data);
   sb_free(&body);
   return true;
+}
+
+// --- the backward ------------------------------------------------------------------------
+
+// attention_sm90_backward.cuh's SM90_BACKWARD_SMEM, and its stages: as many (2..4) as fit.
+static int backward_smem(int64_t dh, int stages) {
+  return (int)(1024 + 2 * 2 * 128 * dh * 2 + 2 * stages * 64 * dh * 2 + 8 * (4 + 3 * stages));
+}
+static int backward_stages(const AttnNode *a) {
+  int stages = 2;
+  while (stages < 4 && backward_smem(a->dh, stages + 1) <= SM90_MAX_SMEM) stages++;
+  return stages;
+}
+
+bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a) {
+  if (!attn_sm90_forward_applies(L, a)) return false;
+  return a->dout >= 0 && L->ir->tensors[a->dout].dtype == L->ir->tensors[a->k].dtype &&
+         backward_smem(a->dh, 2) <= SM90_MAX_SMEM;
+}
+
+void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
+                                  const char *grad_type, LaunchArg stats) {
+  const Ir *ir = L->ir;
+  const Node *n = &ir->nodes[node];
+  if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_BACKWARD_CUH"))
+    sb_puts(&L->src, kernel_attention_sm90_backward_cuh);
+  bool softmax = n->act == ACT_SOFTMAX;
+  int stages = backward_stages(a);
+  char kernel[128];
+  snprintf(kernel, sizeof kernel, "%s_bwd_%s", a->name, kv ? "kv" : "q");
+  attn_kernel_comment(L, n, kv ? "bwd: dK, dV" : "bwd: dQ");
+  int tiles = attn_tile_list(L, a, node, 128, kv);
+  L->tiles[tiles].persistent = true;
+  KernelBuilder kb;
+  kb_begin_persistent(&kb, L, node, kernel, tiles, SM90_THREADS, backward_smem(a->dh, stages));
+  if (g1 >= 0) kb_tensor_out(&kb, kv ? "dk" : "dq", g1);
+  if (g2 >= 0) kb_tensor_out(&kb, "dv", g2);
+  int maps[4] = {kv ? a->k : a->q, kv ? a->v : a->dout, kv ? a->q : a->k, kv ? a->dout : a->v};
+  const char *names[4] = {"res1_map", "res2_map", "str1_map", "str2_map"};
+  for (int i = 0; i < 4; i++) kb_tensor_map(&kb, names[i], maps[i], i < 2 ? 128 : 64);
+  attn_offsets(&kb, a);
+  kb_tiles(&kb, "tiles");
+  kb_tile_count(&kb, "tile_count");
+  if (softmax) kb_workspace(&kb, "float", "stats", stats, false);
+  StrBuf body = {0};
+  attn_rows_value(&body, a);
+  char null_grad[40];
+  snprintf(null_grad, sizeof null_grad, "(%s *)0", grad_type);
+  sb_printf(&body,
+            "  attn_backward_sm90<%lld, %s, %d, %s, %s, %s>(%s, %s,\n"
+            "      res1_map, res2_map, str1_map, str2_map, rows, tiles, (int)tile_count, %s);\n",
+            (long long)a->dh, attn_act_enum(node_act(n)), stages,
+            ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false", kv ? "true" : "false",
+            a->simt ? "true" : "false", g1 >= 0 ? (kv ? "dk" : "dq") : null_grad, g2 >= 0 ? "dv" : null_grad,
+            softmax ? "stats" : "(const float *)0");
+  kb_end(&kb, body.data);
+  sb_free(&body);
 }

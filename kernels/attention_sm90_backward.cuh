@@ -1,0 +1,277 @@
+// attention_sm90_backward.cuh: the Hopper (sm_90a) backward GDPA kernels, on the machinery of
+// attention_sm90.cuh (TMA, mbarrier pipelines, wgmma, a producer warpgroup and two consumer
+// warpgroups, one persistent CTA per SM). No atomics: every gradient element has one writer.
+//
+// One template serves both kernels. A work item holds a resident pair of 128-row tiles (64
+// rows per consumer warpgroup) and streams pairs of 64-row tiles from the other side:
+//   KV (dK, dV): resident K and V of 128 keys; streamed Q and dO of the query tiles that can
+//     see them. Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, then dV += Pᵀ·dO and dK += dSᵀ·Q.
+//   Q (dQ): resident Q and dO of 128 query rows; streamed K and V of the keys they see.
+//     S = Q·Kᵀ and dP = dO·Vᵀ, then dQ += dS·K.
+// The two products are wgmma with both operands in shared memory; the accumulations take Pᵀ,
+// dSᵀ or dS from registers and the streamed tile transposed, as the forward takes V. dS is
+// dP ⊙ act′(S) for a pointwise activation and P ⊙ (dP − D) for softmax, with P recomputed from
+// the row statistics {lse2, D} of the forward's preparation pass (attention_backward.cuh's
+// attn_grad_element, the same function).
+// defines: attn_backward_sm90
+#ifndef GEMC_ATTENTION_SM90_BACKWARD_CUH
+#define GEMC_ATTENTION_SM90_BACKWARD_CUH
+#ifndef GEMC_ON_CPU
+
+enum { SM90_BWD_STREAM = 64, SM90_BWD_RESIDENT = 128 };
+
+#define SM90_BACKWARD_SMEM(DH, STAGES) \
+  (1024 + 2 * 2 * 128 * (DH) * 2 + 2 * (STAGES) * 64 * (DH) * 2 + 8 * (4 + 3 * (STAGES)))
+
+// One backward work item: the example, the resident tile's first row and head, its rows, and
+// the streamed rows [lo, lo + n * 64).
+struct Sm90BwdItem {
+  AttnExample e;
+  int r0, h, nres, lo, nstream;
+};
+
+template <bool KV>
+__device__ __forceinline__ bool sm90_bwd_item(const AttnRows &r, const int *__restrict__ tiles,
+                                              int index, Sm90BwdItem *it) {
+  const int *tile = tiles + 3 * index;
+  const int b = tile[0];
+  if (b < 0) return false;
+  it->r0 = tile[1];
+  it->h = tile[2];
+  it->e = attn_example(r, b);
+  const int len = KV ? it->e.kv_len : it->e.q_len;
+  it->nres = len - it->r0 < SM90_BWD_RESIDENT ? len - it->r0 : SM90_BWD_RESIDENT;
+  int lo, hi;
+  if (KV) {
+    attn_query_range(r, it->r0, it->r0 + it->nres, it->e.q_len, &lo, &hi);  // lo: 64-aligned
+  } else {
+    const int i1 = it->r0 + it->nres;
+    lo = 0, hi = it->e.kv_len;
+    if (r.causal && i1 < hi) hi = i1;
+    if (r.window > 0) {
+      lo = it->r0 - r.window + 1;
+      if (lo < 0) lo = 0;
+      if (!r.causal && i1 + r.window - 1 < hi) hi = i1 + r.window - 1;
+    }
+    lo -= lo % SM90_BWD_STREAM;
+    if (hi < lo) hi = lo;
+  }
+  it->lo = lo;
+  it->nstream = (hi - lo + SM90_BWD_STREAM - 1) / SM90_BWD_STREAM;
+  return true;
+}
+
+// KV: (res1, res2, str1, str2) = (K, V, Q, dO), outputs dk and dv. Q: (Q, dO, K, V), output
+// dq (in `g1`). `count` entries in `tiles`, dealt for gridDim.x CTAs. LN_STATS: the
+// statistics come from the SIMT preparation pass (attention_simt.cuh), whose lse is in natural
+// log units; they are read as log2 units.
+template <int DH, int ACT, int STAGES, bool F16, bool KV, bool LN_STATS, typename GT>
+__device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__restrict__ g2,
+                                                   const TmaMap &res1_map, const TmaMap &res2_map,
+                                                   const TmaMap &str1_map, const TmaMap &str2_map,
+                                                   const AttnRows &r,
+                                                   const int *__restrict__ tiles, int count,
+                                                   const float *__restrict__ stats) {
+  enum {
+    HALVES = DH / 64,
+    RES_HALF = SM90_BWD_RESIDENT * 128,  // bytes of one 64-column half of a resident tile
+    STR_HALF = SM90_BWD_STREAM * 128,
+    RES_BYTES = RES_HALF * HALVES,
+    STR_BYTES = STR_HALF * HALVES,
+    S_REGS = SM90_BWD_STREAM / 2,        // 64 x 64 scores over 128 threads
+    O_REGS = DH / 2,
+    SOFTMAX = ACT == ATTN_ACT_SOFTMAX,
+  };
+  extern __shared__ __align__(1024) unsigned char sm90_smem[];
+  const unsigned base = (attn_smem_addr(sm90_smem) + 1023u) & ~1023u;
+  const unsigned res_tiles = base;                          // [2 buffers][2 tiles]
+  const unsigned str_tiles = res_tiles + 4 * RES_BYTES;     // [STAGES][2 tiles]
+  const unsigned res_full = str_tiles + 2 * STAGES * STR_BYTES;
+  const unsigned res_empty = res_full + 16, str_full = res_empty + 16;
+  const unsigned str_empty = str_full + 16 * STAGES;  // str_full: [STAGES][2] (str1, str2)
+
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 2; i++) {
+      sm90_bar_init(res_full + 8 * i, 1);
+      sm90_bar_init(res_empty + 8 * i, 128 * SM90_CONSUMERS);
+    }
+    for (int s = 0; s < STAGES; s++) {
+      sm90_bar_init(str_full + 16 * s, 1);
+      sm90_bar_init(str_full + 16 * s + 8, 1);
+      sm90_bar_init(str_empty + 8 * s, 128 * SM90_CONSUMERS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {  // the producer warpgroup
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (threadIdx.x != 0) return;
+    int n = 0, c = 0;
+    for (int index = blockIdx.x; index < count; index += gridDim.x) {
+      Sm90BwdItem it;
+      if (!sm90_bwd_item<KV>(r, tiles, index, &it)) continue;
+      const int rb = n & 1;
+      const int res1_row = (int)((KV ? it.e.kv_start : it.e.q_start) + it.r0);
+      const int res2_row = (int)((KV ? it.e.kv_start : it.e.o_start) + it.r0);
+      sm90_bar_wait(res_empty + 8 * rb, ((n >> 1) & 1) ^ 1);
+      sm90_bar_expect(res_full + 8 * rb, 2 * RES_BYTES);
+#pragma unroll
+      for (int half = 0; half < HALVES; half++) {
+        const int col = it.h * DH + 64 * half;
+        sm90_tma_load(res_tiles + (2 * rb) * RES_BYTES + half * RES_HALF, res1_map, col, res1_row,
+                      res_full + 8 * rb);
+        sm90_tma_load(res_tiles + (2 * rb + 1) * RES_BYTES + half * RES_HALF, res2_map, col,
+                      res2_row, res_full + 8 * rb);
+      }
+      n++;
+      for (int j = 0; j < it.nstream; j++, c++) {
+        const int s = c % STAGES;
+        sm90_bar_wait(str_empty + 8 * s, ((c / STAGES) & 1) ^ 1);
+        const int row = it.lo + j * SM90_BWD_STREAM;
+        const int str1_row = (int)((KV ? it.e.q_start : it.e.kv_start) + row);
+        const int str2_row = (int)((KV ? it.e.o_start : it.e.kv_start) + row);
+        sm90_bar_expect(str_full + 16 * s, STR_BYTES);
+#pragma unroll
+        for (int half = 0; half < HALVES; half++)
+          sm90_tma_load(str_tiles + (2 * s) * STR_BYTES + half * STR_HALF, str1_map,
+                        it.h * DH + 64 * half, str1_row, str_full + 16 * s);
+        sm90_bar_expect(str_full + 16 * s + 8, STR_BYTES);
+#pragma unroll
+        for (int half = 0; half < HALVES; half++)
+          sm90_tma_load(str_tiles + (2 * s + 1) * STR_BYTES + half * STR_HALF, str2_map,
+                        it.h * DH + 64 * half, str2_row, str_full + 16 * s + 8);
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  const int cw = threadIdx.x / 128 - 1;
+  const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int heads = r.d / DH;
+  int n = 0, c = 0;
+  for (int index = blockIdx.x; index < count; index += gridDim.x) {
+    Sm90BwdItem it;
+    if (!sm90_bwd_item<KV>(r, tiles, index, &it)) continue;
+    const int rb = n & 1;
+    sm90_bar_wait(res_full + 8 * rb, (n >> 1) & 1);
+    n++;
+    const unsigned res1 = res_tiles + (2 * rb) * RES_BYTES + cw * 64 * 128;
+    const unsigned res2 = res_tiles + (2 * rb + 1) * RES_BYTES + cw * 64 * 128;
+    const int row0 = it.r0 + cw * 64 + warp * 16 + g;  // this thread's resident rows: +0, +8
+    float acc1[O_REGS], acc2[KV ? O_REGS : 1];        // KV: dK, dV; Q: dQ
+#pragma unroll
+    for (int i = 0; i < O_REGS; i++) acc1[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (KV ? O_REGS : 1); i++) acc2[i] = 0.0f;
+    float2 stat_row[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+    if (!KV && SOFTMAX)
+      for (int half = 0; half < 2; half++)
+        if (row0 + 8 * half < it.e.q_len)
+          stat_row[half] =
+              *(const float2 *)(stats + ((it.e.o_start + row0 + 8 * half) * heads + it.h) * 2);
+    if (LN_STATS) stat_row[0].x *= ATTN_LOG2E, stat_row[1].x *= ATTN_LOG2E;
+
+    for (int j = 0; j < it.nstream; j++, c++) {
+      const int s = c % STAGES;
+      const unsigned phase = (c / STAGES) & 1;
+      const int s0 = it.lo + j * SM90_BWD_STREAM;  // first streamed row
+      const unsigned str1 = str_tiles + (2 * s) * STR_BYTES, str2 = str1 + STR_BYTES;
+
+      // x = res1·str1ᵀ (S or Sᵀ) and y = res2·str2ᵀ (dP or dPᵀ)
+      float x[S_REGS], y[S_REGS];
+#pragma unroll
+      for (int i = 0; i < S_REGS; i++) x[i] = y[i] = 0.0f;
+      sm90_bar_wait(str_full + 16 * s, phase);
+      sm90_pin<S_REGS>(x);
+      sm90_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < DH / 16; kk++) {
+        const unsigned step = (kk & 3) * 32;  // 16 columns of a 128-byte row
+        sm90_mma_ss<64, F16>(x, sm90_desc(res1 + (kk / 4) * RES_HALF + step, 16, 1024),
+                             sm90_desc(str1 + (kk / 4) * STR_HALF + step, 16, 1024), kk > 0);
+      }
+      sm90_wgmma_commit();
+      sm90_bar_wait(str_full + 16 * s + 8, phase);
+      sm90_pin<S_REGS>(y);
+      sm90_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < DH / 16; kk++) {
+        const unsigned step = (kk & 3) * 32;
+        sm90_mma_ss<64, F16>(y, sm90_desc(res2 + (kk / 4) * RES_HALF + step, 16, 1024),
+                             sm90_desc(str2 + (kk / 4) * STR_HALF + step, 16, 1024), kk > 0);
+      }
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<S_REGS>(x);
+      sm90_pin<S_REGS>(y);
+
+      // P (or Pᵀ) into x, dS (or dSᵀ) into y. Accumulator value i: resident row
+      // row0 + 8 ((i >> 1) & 1), streamed row s0 + 8 (i >> 2) + 2t + (i & 1).
+#pragma unroll
+      for (int i = 0; i < S_REGS; i++) {
+        const int res = row0 + 8 * ((i >> 1) & 1), str = s0 + 8 * (i >> 2) + 2 * t + (i & 1);
+        const int qi = KV ? str : res, kj = KV ? res : str;
+        const bool valid = qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj);
+        float2 stat = stat_row[(i >> 1) & 1];
+        if (KV && SOFTMAX && valid) {
+          stat = *(const float2 *)(stats + ((it.e.o_start + qi) * heads + it.h) * 2);
+          if (LN_STATS) stat.x *= ATTN_LOG2E;
+        }
+        float p, ds;
+        attn_grad_element<ACT>(r, x[i], y[i], valid, stat, &p, &ds);
+        x[i] = p;
+        y[i] = ds;
+      }
+      unsigned pf[4][4], dsf[4][4];  // A fragments of 16 streamed rows each
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+          if (KV) pf[kk][q] = sm90_pack<F16>(x[8 * kk + 2 * q], x[8 * kk + 2 * q + 1]);
+          dsf[kk][q] = sm90_pack<F16>(y[8 * kk + 2 * q], y[8 * kk + 2 * q + 1]);
+        }
+
+      // KV: dK += dSᵀ·Q (str1), dV += Pᵀ·dO (str2). Q: dQ += dS·K (str1).
+      sm90_pin<O_REGS>(acc1);
+      if (KV) sm90_pin<O_REGS>(acc2);
+      sm90_wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++)
+        sm90_mma_rs<DH, F16>(acc1, dsf[kk], sm90_desc(str1 + kk * 16 * 128, STR_HALF, 1024));
+      if (KV) {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          sm90_mma_rs<DH, F16>(acc2, pf[kk], sm90_desc(str2 + kk * 16 * 128, STR_HALF, 1024));
+      }
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<O_REGS>(acc1);
+      if (KV) sm90_pin<O_REGS>(acc2);
+      sm90_bar_arrive(str_empty + 8 * s);
+    }
+    sm90_bar_arrive(res_empty + 8 * rb);
+
+    // Store this thread's resident rows that exist: dK and dQ carry the scale.
+    const int len = KV ? it.e.kv_len : it.e.q_len;
+    const i64 start = KV ? it.e.kv_start : it.e.o_start;
+#pragma unroll
+    for (int half = 0; half < 2; half++) {
+      const int i = row0 + 8 * half;
+      if (i >= len) continue;
+      const i64 at = (start + i) * r.d + it.h * DH + 2 * t;
+#pragma unroll
+      for (int nb = 0; nb < DH / 8; nb++) {
+        if (g1)
+          sm90_store2(g1 + at + 8 * nb, acc1[4 * nb + 2 * half] * r.scale,
+                      acc1[4 * nb + 2 * half + 1] * r.scale);
+        if (KV && g2)
+          sm90_store2(g2 + at + 8 * nb, acc2[4 * nb + 2 * half], acc2[4 * nb + 2 * half + 1]);
+      }
+    }
+  }
+}
+
+#endif  // GEMC_ON_CPU
+#endif
