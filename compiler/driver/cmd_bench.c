@@ -1,11 +1,14 @@
-// cmd_bench.c: `gemc bench gdpa [--act ACT] [--reps N] [--quick]`, the GDPA benchmark of the
-// generated attention kernels on the public shapes (runtime/bench/gdpa_bench.h, docs/attention.md):
-// forward and backward TFLOP/s over the real jagged lengths, with Meta's Triton numbers beside
-// each cell; and `gemc bench gemm [--model FILE]... [--reps N] [--compile-only ARCH]`, cuBLASLt
-// against the generated bf16 GEMM (runtime/bench/gemm_bench.h, docs/perf.md) on the GEMM
-// launches of the models' training plans (B the model's batch, every jagged total B * max / 2) and on
-// 4096^3 and 8192^3. Both need a GPU (gemm's --compile-only does not); without one they say why
-// and exit 1.
+// cmd_bench.c: `gemc bench gdpa [--act ACT] [--reps N] [--quick] [--lengths FILE]... [--deal D]`,
+// the GDPA benchmark of the generated attention kernels (runtime/bench/gdpa_bench.h,
+// docs/gdpa_bench.md): forward and backward TFLOP/s over the real jagged lengths on three
+// definitions of the public shapes side by side (Meta's self s, jagged self, cross KV=256),
+// cross KV=16 and PMA, with the tile spread and Meta's Triton numbers beside each row, or on the
+// batches of lengths files (one `lq lk` pair a line, read before any GPU work; a bad one is
+// `FILE:LINE: error: ...`, exit 1); and `gemc bench gemm [--model FILE]... [--reps N]
+// [--compile-only ARCH]`, cuBLASLt against the generated bf16 GEMM (runtime/bench/gemm_bench.h,
+// docs/perf.md) on the GEMM launches of the models' training plans (B the model's batch, every
+// jagged total B * max / 2) and on 4096^3 and 8192^3. Both need a GPU (gemm's --compile-only
+// does not); without one they say why and exit 1.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include "cli.h"             // defines: CliOptions
 #include "commands.h"        // defines: cmd_bench
 #include "gdpa_bench.h"      // defines: gdpa_bench_run
+#include "gdpa_case.h"       // defines: GdpaLengths, gdpa_lengths_read
 #include "gemm_bench.h"      // defines: gemm_bench_run, gemm_bench_shapes_from_plan
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "jit_cache.h"       // defines: jit_cache_dir
@@ -22,6 +26,7 @@
 
 static const char bench_usage[] =
     "usage: gemc bench gdpa [--act gelu|gelu_taylor|silu|softmax|...] [--reps N] [--quick]\n"
+    "                       [--lengths FILE]... [--deal lpt|zigzag]\n"
     "       gemc bench gemm [--model FILE]... [--reps N] [--compile-only sm_90a|sm_100a]\n";
 
 static int bench_usage_error(const char *what, const char *arg) {
@@ -30,13 +35,19 @@ static int bench_usage_error(const char *what, const char *arg) {
 }
 
 static void print_bench_help(void) {
-  printf("gemc bench: measure the generated kernels on the GPU (docs/attention.md)\n\n%s\n"
-         "  gdpa            GDPA forward and backward TFLOP/s on the public shapes: B=1152, H=4,\n"
-         "                  d=128, bf16, N in {512, 1024, 2048}, s in {0.5, 1.0}, self and\n"
-         "                  cross with KV=256; Meta's Triton numbers beside each cell\n"
+  printf("gemc bench: measure the generated kernels on the GPU (docs/gdpa_bench.md)\n\n%s\n"
+         "  gdpa            GDPA forward and backward TFLOP/s, B=1152, H=4, d=128, bf16, N in\n"
+         "                  {512, 1024, 2048}: Meta's self s (lq ~ U[max(1,(2s-1)N), N], lk = N;\n"
+         "                  s in {0.5, 1.0}), jagged self (lq = lk ~ U[1, N]) and cross KV=256\n"
+         "                  side by side, then cross KV=16 and PMA with 16 and 32 seeds over\n"
+         "                  lognormal kv up to 4096; each row with its tile spread and Meta's\n"
+         "                  Triton numbers where known (issue 10's table, not this run)\n"
          "  --act ACT       the activation of the main table (default gelu, as Triton's)\n"
          "  --reps N        timed runs per cell (default 10; 1 to 1000)\n"
-         "  --quick         N=1024 only, and no extra sections\n"
+         "  --quick         the three definitions at N=1024 only, and no extra sections\n"
+         "  --lengths FILE  time the batch of FILE instead (one 'lq lk' pair a line, '#'\n"
+         "                  comments); repeatable, one row per file\n"
+         "  --deal D        how persistent kernels' tiles are dealt: lpt (default) or zigzag\n"
          "  gemm            cuBLASLt against the generated bf16 GEMM (kernels/gemm.cuh, docs/perf.md)\n"
          "                  on every GEMM launch of the models' training plans, B = the model's batch\n"
          "                  and each jagged total T = B * max / 2, then 4096^3 and 8192^3\n"
@@ -48,7 +59,7 @@ static void print_bench_help(void) {
 }
 
 // MAX_REPS: --reps's range is [1, MAX_REPS] (docs/cli.md), for both benchmarks.
-enum { MAX_BENCH_MODELS = 8, MAX_GEMM_SHAPES = 512, MAX_REPS = 1000 };
+enum { MAX_BENCH_MODELS = 8, MAX_GEMM_SHAPES = 512, MAX_REPS = 1000, MAX_LENGTHS_FILES = 16 };
 
 static const char *const default_gemm_models[] = {"models/gem_small.gem", "models/hstu.gem"};
 static const int64_t square_sizes[] = {4096, 8192};
@@ -95,6 +106,33 @@ static bool add_model_shapes(const CliOptions *o, const char *path, GemmBenchSha
   return ok;
 }
 
+// Reads the lengths files and runs the GDPA benchmark; a bad file is the user's error, before
+// any GPU work.
+static int bench_gdpa(GdpaBenchOptions *b, const char *const *files, int nfiles) {
+  static GdpaLengths lengths[MAX_LENGTHS_FILES];
+  char cache[1024], err[1024];
+  for (int i = 0; i < nfiles; i++) {
+    if (!gdpa_lengths_read(files[i], &lengths[i], err, sizeof err)) {
+      fprintf(stderr, "%s\n", err);
+      for (int j = 0; j < i; j++) gdpa_lengths_free(&lengths[j]);
+      return GEMC_EXIT_USER_ERROR;
+    }
+  }
+  b->lengths = lengths, b->lengths_names = files, b->nlengths = nfiles;
+  b->cache_dir = jit_cache_dir(cache, sizeof cache, err, sizeof err) ? cache : NULL;
+  fflush(stdout);
+  GdpaBenchStatus s = gdpa_bench_run(b, stdout, err, sizeof err);
+  for (int i = 0; i < nfiles; i++) gdpa_lengths_free(&lengths[i]);
+  switch (s) {
+  case GDPA_BENCH_OK: return GEMC_EXIT_OK;
+  case GDPA_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", err); break;
+  case GDPA_BENCH_COMPILE_FAILED:
+  case GDPA_BENCH_CUDA_FAILED:
+  case GDPA_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gdpa: %s\n", err); break;
+  }
+  return GEMC_EXIT_USER_ERROR;
+}
+
 static int bench_gemm(const CliOptions *o, const char *const *models, int nmodels, int reps,
                       const char *compile_only) {
   if (compile_only && !target_find(compile_only))
@@ -126,7 +164,8 @@ static int bench_gemm(const CliOptions *o, const char *const *models, int nmodel
 int cmd_bench(const CliOptions *o) {
   GdpaBenchOptions b = {.act = ACT_GELU, .reps = 10};
   const char *what = NULL, *compile_only = NULL, *models[MAX_BENCH_MODELS];
-  int nmodels = 0;
+  const char *lengths_files[MAX_LENGTHS_FILES];
+  int nmodels = 0, nlengths = 0;
   bool reps_given = false, gdpa_only = false;
   for (int i = 0; i < o->nrest; i++) {
     const char *a = o->rest[i];
@@ -146,6 +185,20 @@ int cmd_bench(const CliOptions *o) {
       if (!value || !*value) return bench_usage_error("--model needs a file", NULL);
       if (nmodels == MAX_BENCH_MODELS) return bench_usage_error("too many --model files:", value);
       models[nmodels++] = value;
+    } else if (strncmp(a, "--lengths", 9) == 0 && (a[9] == '=' || a[9] == '\0')) {
+      value = a[9] == '=' ? a + 10 : i + 1 < o->nrest ? o->rest[++i] : NULL;
+      if (!value || !*value) return bench_usage_error("--lengths needs a file", NULL);
+      if (nlengths == MAX_LENGTHS_FILES)
+        return bench_usage_error("too many --lengths files (at most 16):", value);
+      lengths_files[nlengths++] = value;
+      gdpa_only = true;
+    } else if (strncmp(a, "--deal", 6) == 0 && (a[6] == '=' || a[6] == '\0')) {
+      value = a[6] == '=' ? a + 7 : i + 1 < o->nrest ? o->rest[++i] : NULL;
+      if (!value) return bench_usage_error("--deal needs lpt or zigzag", NULL);
+      if (strcmp(value, "lpt") != 0 && strcmp(value, "zigzag") != 0)
+        return bench_usage_error("--deal takes lpt or zigzag, not", value);
+      b.deal_zigzag = strcmp(value, "zigzag") == 0;
+      gdpa_only = true;
     } else if (strncmp(a, "--compile-only", 14) == 0 && (a[14] == '=' || a[14] == '\0')) {
       value = a[14] == '=' ? a + 15 : i + 1 < o->nrest ? o->rest[++i] : NULL;
       if (!value || !*value) return bench_usage_error("--compile-only needs an arch", NULL);
@@ -172,7 +225,9 @@ int cmd_bench(const CliOptions *o) {
   }
   if (!what) return bench_usage_error("say what to benchmark:", "gdpa or gemm");
   if (strcmp(what, "gemm") == 0) {
-    if (gdpa_only) return bench_usage_error("--act and --quick are options of", "'gemc bench gdpa'");
+    if (gdpa_only)
+      return bench_usage_error("--act, --quick, --lengths and --deal are options of",
+                               "'gemc bench gdpa'");
     if (nmodels == 0)
       for (size_t i = 0; i < sizeof default_gemm_models / sizeof *default_gemm_models; i++)
         models[nmodels++] = default_gemm_models[i];
@@ -183,15 +238,8 @@ int cmd_bench(const CliOptions *o) {
   if (nmodels > 0 || compile_only)
     return bench_usage_error("--model and --compile-only are options of", "'gemc bench gemm'");
 
-  char cache[1024], err[1024];
-  b.cache_dir = jit_cache_dir(cache, sizeof cache, err, sizeof err) ? cache : NULL;
-  GdpaBenchStatus s = gdpa_bench_run(&b, stdout, err, sizeof err);
-  switch (s) {
-  case GDPA_BENCH_OK: return GEMC_EXIT_OK;
-  case GDPA_BENCH_NO_GPU: fprintf(stderr, "gemc: error: no GPU: %s\n", err); break;
-  case GDPA_BENCH_COMPILE_FAILED:
-  case GDPA_BENCH_CUDA_FAILED:
-  case GDPA_BENCH_BAD_OUTPUT: fprintf(stderr, "gemc: error: bench gdpa: %s\n", err); break;
-  }
-  return GEMC_EXIT_USER_ERROR;
+  if (b.quick && nlengths > 0)
+    return bench_usage_error("--quick does not go with --lengths:",
+                             "the files' batches are all it times");
+  return bench_gdpa(&b, lengths_files, nlengths);
 }

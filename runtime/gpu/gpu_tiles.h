@@ -2,12 +2,21 @@
 // host, from the jagged offsets. Only valid tiles are made, never padding to the longest
 // sequence: one tile per (example, row tile, head) for every example with at least one row
 // (an example with rows but no keys still gets its tiles: its output rows are written as 0).
-// Tiles are sorted by estimated work, largest first, and dealt to the SMs back and forth
-// (zigzag) so that the last wave is short. A tile is three int32: example, first row, head.
-// defines: gpu_tiles_build, GPU_TILE_INTS
+// Tiles are sorted by estimated work, largest first, and dealt to the SMs:
+//   - a list for a grid of one CTA per tile (GRID_TILES) goes out back and forth (zigzag) in
+//     waves of the SM count, so that the last wave is short;
+//   - a persistent list (TileList.persistent, GRID_PERSISTENT: CTA c of G walks entries c,
+//     c + G, c + 2G, ...) is dealt longest first to the least loaded CTA (LPT), at most twice
+//     the even share of tiles per CTA; entry r*G + c is CTA c's r-th tile, and a CTA with fewer
+//     tiles than the longest has holes (example -1) there, which the kernel skips.
+// A tile is three int32: example, first row, head. gpu_tiles_spread measures a deal: the
+// largest and smallest work one CTA of a persistent grid gets from it.
+// defines: gpu_tiles_build, gpu_tiles_build_plain, gpu_tiles_work, gpu_tiles_spread,
+//          GPU_TILE_INTS
 #ifndef GEMC_GPU_TILES_H
 #define GEMC_GPU_TILES_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "plan.h"
@@ -15,12 +24,29 @@
 enum { GPU_TILE_INTS = 3 };
 
 // Fills *out (malloc'd, GPU_TILE_INTS ints per tile; the caller frees it) and returns the
-// number of tiles, or -1 when out of memory. q_offsets / kv_offsets are [B+1] and may be NULL
-// when the list's side is not jagged (its fixed count is used). num_sms <= 0 means no zigzag.
+// number of entries, or -1 when out of memory. q_offsets / kv_offsets are [B+1] and may be NULL
+// when the list's side is not jagged (its fixed count is used). num_sms <= 0 means no zigzag
+// and, for a persistent list, no deal (the sorted tiles, no holes). A list that is not
+// persistent never holds a hole; a persistent one's entries are its tiles and holes, up to its
+// last tile.
 int64_t gpu_tiles_build(const TileList *tl, int64_t B, const int64_t *q_offsets,
                         const int64_t *kv_offsets, int num_sms, int32_t **out);
 
+// The same tiles in plain (example, row tile, head) order, neither sorted nor dealt: the
+// baseline a deal is measured against (gpu_tiles_spread). Same contract as gpu_tiles_build.
+int64_t gpu_tiles_build_plain(const TileList *tl, int64_t B, const int64_t *q_offsets,
+                              const int64_t *kv_offsets, int32_t **out);
+
 // The work of query rows [i0, i1) against lk keys under the list's mask: visible pairs.
 int64_t gpu_tiles_work(const TileList *tl, int64_t i0, int64_t i1, int64_t lk);
+
+// The largest and the smallest work one CTA does when CTA c of a persistent grid takes entries
+// c, c + G, c + 2G, ... of `tiles` (n entries, as gpu_tiles_build or gpu_tiles_build_plain
+// wrote them for tl and the same offsets). A tile weighs what gpu_tiles_build estimates for
+// it, gpu_tiles_work + its rows; a hole weighs 0. G is min(ctas, n), the grid GRID_PERSISTENT
+// launches; with no entries both loads are 0. False when out of memory.
+bool gpu_tiles_spread(const TileList *tl, const int64_t *q_offsets, const int64_t *kv_offsets,
+                      const int32_t *tiles, int64_t n, int ctas, int64_t *max_load,
+                      int64_t *min_load);
 
 #endif

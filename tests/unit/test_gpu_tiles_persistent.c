@@ -1,0 +1,226 @@
+// test_gpu_tiles_persistent.c: the persistent deal of gpu_tiles_build (TileList.persistent:
+// CTA c of G takes entries c, c + G, ...; example -1 is a hole) and gpu_tiles_spread, without
+// a GPU. Every tile is dealt exactly once, each CTA's tiles come largest first, holes stay few,
+// and on a lognormal batch the deal's spread beats both the plain order and the zigzag deal.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gdpa_case.h"
+#include "gpu_tiles.h"
+
+enum { G = 132 };  // the H200's SMs
+
+// Offsets [B+1] of a self batch whose lengths are the lognormal kv lengths of a PMA workload
+// (median N/8, sigma 1, clamped to [1, N]): the bench's lognormal.
+static int64_t *lognormal_offsets(int64_t B, int64_t n, uint64_t seed) {
+  GdpaLengths l;
+  gdpa_lengths_make(GDPA_PMA, B, n, 1.0, 1, seed, &l);
+  int64_t *off = malloc((size_t)(B + 1) * sizeof *off);
+  off[0] = 0;
+  for (int64_t b = 0; b < B; b++) off[b + 1] = off[b] + l.lk[b];
+  gdpa_lengths_free(&l);
+  return off;
+}
+
+static double spread(const TileList *tl, const int64_t *off, const int32_t *tiles, int64_t n) {
+  int64_t hi = 0, lo = 0;
+  assert_true(gpu_tiles_spread(tl, off, off, tiles, n, G, &hi, &lo));
+  assert_true(lo > 0);
+  return (double)hi / (double)lo;
+}
+
+// The work gpu_tiles_build gives entry i of `tiles` (0 for a hole).
+static int64_t entry_work(const TileList *tl, const int64_t *off, const int32_t *tiles,
+                          int64_t i) {
+  int32_t b = tiles[3 * i], row0 = tiles[3 * i + 1];
+  if (b < 0) return 0;
+  int64_t lq = off[b + 1] - off[b], i1 = row0 + tl->tile_q < lq ? row0 + tl->tile_q : lq;
+  return gpu_tiles_work(tl, row0, i1, lq) + (i1 - row0);
+}
+
+static int by_triple(const void *x, const void *y) {
+  const int32_t *a = x, *b = y;
+  for (int i = 0; i < 3; i++)
+    if (a[i] != b[i]) return a[i] < b[i] ? -1 : 1;
+  return 0;
+}
+
+// The persistent list holds each tile of the plain list once, plus holes that are not last;
+// each CTA's tiles come largest first; holes stay under n + 2G.
+static void check_persistent_layout(const TileList *tl, int64_t B, const int64_t *off) {
+  int32_t *plain = NULL, *dealt = NULL;
+  int64_t n = gpu_tiles_build_plain(tl, B, off, off, &plain);
+  int64_t entries = gpu_tiles_build(tl, B, off, off, G, &dealt);
+  assert_true(n > 0 && entries >= n);
+  assert_true(entries - n < n + 2 * G);
+  assert_true(dealt[3 * (entries - 1)] >= 0);  // ends on a tile
+  int32_t *tiles = malloc((size_t)n * 3 * sizeof *tiles);
+  int64_t got = 0;
+  for (int64_t i = 0; i < entries; i++) {
+    if (dealt[3 * i] < 0) {
+      assert_int_equal(dealt[3 * i + 1], 0), assert_int_equal(dealt[3 * i + 2], 0);
+      continue;
+    }
+    assert_true(got < n);
+    memcpy(&tiles[3 * got++], &dealt[3 * i], 3 * sizeof *tiles);
+    if (i >= G && dealt[3 * (i - G)] >= 0)  // the CTA's previous tile is at least as big
+      assert_true(entry_work(tl, off, dealt, i - G) >= entry_work(tl, off, dealt, i));
+    if (i >= G) assert_true(dealt[3 * (i - G)] >= 0);  // a CTA's holes come after its tiles
+  }
+  assert_int_equal(got, n);
+  qsort(tiles, (size_t)n, 3 * sizeof *tiles, by_triple);
+  qsort(plain, (size_t)n, 3 * sizeof *plain, by_triple);
+  assert_memory_equal(tiles, plain, (size_t)n * 3 * sizeof *tiles);
+  free(tiles), free(plain), free(dealt);
+}
+
+static void test_gpu_tiles_persistent_deals_every_tile_once(void **state) {
+  (void)state;
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 128, .tile_kv = 128, .heads = 4,
+                 .zigzag = true, .persistent = true};
+  const int64_t sizes[] = {1, 7, 64, 500, 1152};
+  for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+    int64_t *off = lognormal_offsets(sizes[i], 4096, 11 + i);
+    check_persistent_layout(&tl, sizes[i], off);
+    free(off);
+  }
+  // causal and windowed work, 64-row tiles
+  TileList causal = tl;
+  causal.causal = true, causal.window = 100, causal.tile_q = 64, causal.heads = 2;
+  int64_t *off = lognormal_offsets(300, 2048, 5);
+  check_persistent_layout(&causal, 300, off);
+  free(off);
+}
+
+// Few tiles: one per CTA, largest first, no holes.
+static void test_gpu_tiles_persistent_few_tiles_have_no_holes(void **state) {
+  (void)state;
+  const int64_t off[] = {0, 10, 40, 100, 110};  // lengths 10, 30, 60, 10
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 64, .heads = 1, .zigzag = true,
+                 .persistent = true};
+  int32_t *tiles = NULL;
+  assert_int_equal(gpu_tiles_build(&tl, 4, off, off, G, &tiles), 4);
+  const int32_t sorted[] = {2, 1, 0, 3};
+  for (int i = 0; i < 4; i++) assert_int_equal(tiles[3 * i], sorted[i]);
+  free(tiles);
+  // no SM count: no deal, the sorted list
+  assert_int_equal(gpu_tiles_build(&tl, 4, off, off, 0, &tiles), 4);
+  for (int i = 0; i < 4; i++) assert_int_equal(tiles[3 * i], sorted[i]);
+  free(tiles);
+}
+
+// The deal by hand: five examples of one tile each, of work 30, 20, 12, 6, 2 (l*l + l), over
+// two CTAs. LPT: 30 -> c0, 20 -> c1, 12 -> c1 (20 < 30), 6 -> c0 (30 < 32), 2 -> c1 (32 < 36).
+// c0 takes examples 0, 3 and c1 1, 2, 4: entries 0 1 | 3 2 | hole 4; loads 36 and 34.
+static void test_gpu_tiles_persistent_is_lpt(void **state) {
+  (void)state;
+  const int64_t off[] = {0, 5, 9, 12, 14, 15};  // lengths 5, 4, 3, 2, 1
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 64, .heads = 1, .persistent = true};
+  int32_t *tiles = NULL;
+  int64_t n = gpu_tiles_build(&tl, 5, off, off, 2, &tiles);
+  assert_int_equal(n, 6);
+  const int32_t want[] = {0, 1, 3, 2, -1, 4};
+  for (int i = 0; i < 6; i++) assert_int_equal(tiles[3 * i], want[i]);
+  int64_t hi = 0, lo = 0;
+  assert_true(gpu_tiles_spread(&tl, off, off, tiles, n, 2, &hi, &lo));
+  assert_int_equal(hi, 36), assert_int_equal(lo, 34);
+  free(tiles);
+}
+
+// gpu_tiles_spread deals round robin: entry i to CTA i mod G, holes weigh 0, and the grid is
+// never larger than the entries.
+static void test_gpu_tiles_spread_is_round_robin(void **state) {
+  (void)state;
+  const int64_t off[] = {0, 5, 9, 12};  // works 30, 20, 12
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 64, .heads = 1};
+  const int32_t tiles[] = {0, 0, 0, 1, 0, 0, -1, 0, 0, 2, 0, 0};
+  int64_t hi = 0, lo = 0;
+  assert_true(gpu_tiles_spread(&tl, off, off, tiles, 4, 2, &hi, &lo));
+  assert_int_equal(hi, 32), assert_int_equal(lo, 30);  // c0: 30 + a hole; c1: 20 + 12
+  assert_true(gpu_tiles_spread(&tl, off, off, tiles, 4, 3, &hi, &lo));
+  assert_int_equal(hi, 42), assert_int_equal(lo, 0);  // c0: 30 + 12; c1: 20; c2: a hole
+  assert_true(gpu_tiles_spread(&tl, off, off, tiles, 2, 8, &hi, &lo));
+  assert_int_equal(hi, 30), assert_int_equal(lo, 20);  // 2 entries: a grid of 2
+  assert_true(gpu_tiles_spread(&tl, off, off, tiles, 0, 8, &hi, &lo));
+  assert_int_equal(hi, 0), assert_int_equal(lo, 0);
+}
+
+// A list that is not persistent is dealt as before (zigzag, no holes) even with SMs given.
+static void test_gpu_tiles_not_persistent_never_has_holes(void **state) {
+  (void)state;
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 128, .heads = 4, .zigzag = true};
+  int64_t *off = lognormal_offsets(64, 4096, 3);
+  int32_t *plain = NULL, *dealt = NULL;
+  int64_t n = gpu_tiles_build_plain(&tl, 64, off, off, &plain);
+  assert_int_equal(gpu_tiles_build(&tl, 64, off, off, G, &dealt), n);
+  for (int64_t i = 0; i < n; i++) assert_true(dealt[3 * i] >= 0);
+  free(plain), free(dealt), free(off);
+}
+
+// Many more small tiles than CTAs after a few huge ones: LPT would put every small tile on the
+// one CTA without a huge one; the cap (twice the even share) keeps the holes under n + 2G.
+static void test_gpu_tiles_persistent_caps_the_holes(void **state) {
+  (void)state;
+  enum { HUGE = G - 1, SMALL = 20000, B = HUGE + SMALL };
+  int64_t *off = malloc((B + 1) * sizeof *off);
+  off[0] = 0;
+  for (int b = 0; b < B; b++) off[b + 1] = off[b] + (b < HUGE ? 128 : 1);
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 128, .heads = 1, .persistent = true};
+  int32_t *tiles = NULL;
+  int64_t entries = gpu_tiles_build(&tl, B, off, off, G, &tiles);
+  assert_true(entries >= B && entries < 2 * B + 2 * G);
+  check_persistent_layout(&tl, B, off);
+  free(tiles), free(off);
+}
+
+// The spread of the deals on lognormal batches (B examples of length up to N, 4 heads, 128-row
+// tiles, G = 132): plain round robin, the zigzag deal, the persistent (LPT) deal.
+static void test_gpu_tiles_persistent_deal_narrows_the_spread(void **state) {
+  (void)state;
+  const struct {
+    int64_t B, n;
+    double lpt_max;  // the bound the LPT spread stays under (measured, with margin)
+  } batches[] = {{64, 4096, 1.01}, {128, 4096, 1.005}, {256, 1024, 1.005}, {1152, 4096, 1.001}};
+  for (size_t i = 0; i < sizeof batches / sizeof *batches; i++) {
+    int64_t B = batches[i].B;
+    int64_t *off = lognormal_offsets(B, batches[i].n, 1);
+    TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 128, .heads = 4, .zigzag = true};
+    int32_t *tiles = NULL;
+    int64_t n = gpu_tiles_build_plain(&tl, B, off, off, &tiles);
+    double plain = spread(&tl, off, tiles, n);
+    free(tiles);
+    n = gpu_tiles_build(&tl, B, off, off, G, &tiles);
+    double zigzag = spread(&tl, off, tiles, n);
+    free(tiles);
+    tl.persistent = true;
+    n = gpu_tiles_build(&tl, B, off, off, G, &tiles);
+    double lpt = spread(&tl, off, tiles, n);
+    free(tiles);
+    print_message("B=%lld N=%lld: max/min CTA work plain %.4f, zigzag %.4f, lpt %.4f\n",
+                  (long long)B, (long long)batches[i].n, plain, zigzag, lpt);
+    assert_true(lpt < plain);
+    assert_true(lpt <= zigzag);
+    assert_true(lpt <= batches[i].lpt_max);
+    free(off);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gpu_tiles_persistent_deals_every_tile_once),
+      cmocka_unit_test(test_gpu_tiles_persistent_few_tiles_have_no_holes),
+      cmocka_unit_test(test_gpu_tiles_persistent_is_lpt),
+      cmocka_unit_test(test_gpu_tiles_spread_is_round_robin),
+      cmocka_unit_test(test_gpu_tiles_not_persistent_never_has_holes),
+      cmocka_unit_test(test_gpu_tiles_persistent_caps_the_holes),
+      cmocka_unit_test(test_gpu_tiles_persistent_deal_narrows_the_spread),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
