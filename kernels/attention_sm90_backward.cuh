@@ -208,12 +208,17 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       sm90_pin<S_REGS>(y);
 
       // P (or Pᵀ) into x, dS (or dSᵀ) into y. Accumulator value i: resident row
-      // row0 + 8 ((i >> 1) & 1), streamed row s0 + 8 (i >> 2) + 2t + (i & 1).
+      // row0 + 8 ((i >> 1) & 1), streamed row s0 + 8 (i >> 2) + 2t + (i & 1). Only tiles at a
+      // sequence's end or under a mask test each pair.
+      const int q_end = KV ? s0 + SM90_BWD_STREAM : it.r0 + SM90_BWD_RESIDENT;
+      const int k_end = KV ? it.r0 + SM90_BWD_RESIDENT : s0 + SM90_BWD_STREAM;
+      const bool edge = q_end > it.e.q_len || k_end > it.e.kv_len || r.causal || r.window > 0;
 #pragma unroll
       for (int i = 0; i < S_REGS; i++) {
         const int res = row0 + 8 * ((i >> 1) & 1), str = s0 + 8 * (i >> 2) + 2 * t + (i & 1);
         const int qi = KV ? str : res, kj = KV ? res : str;
-        const bool valid = qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj);
+        const bool valid =
+            !edge || (qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj));
         float2 stat = stat_row[(i >> 1) & 1];
         if (KV && SOFTMAX && valid) {
           stat = *(const float2 *)(stats + ((it.e.o_start + qi) * heads + it.h) * 2);
