@@ -17,11 +17,36 @@
 #include "internal_error.h"  // defines: GEMC_EXIT_*, GEMC_ASSERT
 #include "ir.h"              // defines: Ir, ir_init, ir_print
 #include "load_model.h"      // defines: front_end
+#include "numerics.h"        // defines: GELU_TAYLOR_ERROR, GELU_TAYLOR_GRAD_ERROR
 
 // --- one file through the front end -----------------------------------------------------
 
+static bool same_loc(Loc a, Loc b) {
+  return a.first_line == b.first_line && a.first_column == b.first_column &&
+         a.last_line == b.last_line && a.last_column == b.last_column;
+}
+
+// `gemc check -v`: a note with the error bound at each op that evaluates gelu_taylor (act =
+// gelu_taylor, or gelu under @schedule(gelu = taylor)); docs/activations.md. One note per
+// source op: the layers of one mlp share its location.
+static void note_gelu_taylor_bounds(const Ir *ir, Diag *d) {
+  for (int i = 0; i < ir->nforward; i++) {
+    const Node *n = &ir->nodes[i];
+    if (node_act(n) != ACT_GELU_TAYLOR) continue;
+    bool noted = false;
+    for (int j = 0; j < i && !noted; j++)
+      noted = node_act(&ir->nodes[j]) == ACT_GELU_TAYLOR && same_loc(ir->nodes[j].loc, n->loc);
+    if (noted) continue;
+    diag_note(d, n->loc, "gelu_taylor: |error| <= %.1e over all inputs (its derivative's <= "
+              "%.1e; fp32 kernels add <= %.1e of rounding); a degree-%d minimax polynomial on "
+              "|x| < %g, x or 0 beyond", GELU_TAYLOR_ERROR, GELU_TAYLOR_GRAD_ERROR,
+              GELU_TAYLOR_FP32_ROUNDING, GELU_TAYLOR_DEGREE, GELU_TAYLOR_CLAMP);
+  }
+}
+
 // Runs every stage up to the one `o` asks for, and prints its result to `out` (NULL: print
-// nothing; `gemc check`). Returns false when an error was reported.
+// nothing; `gemc check`, which with -v notes gelu_taylor's bound). Returns false when an
+// error was reported.
 static bool run_front_end(const CliOptions *o, const SourceFile *src, Arena *arena, Diag *d,
                           FILE *out) {
   FrontEnd fe = {.arch = o->arch, .parse_only = o->emit == STAGE_AST, .dump_after = o->dump_after,
@@ -30,6 +55,7 @@ static bool run_front_end(const CliOptions *o, const SourceFile *src, Arena *are
   Ir ir;
   ir_init(&ir, arena);
   if (!front_end(src, arena, d, &fe, &m, &ir)) return false;
+  if (o->command == CMD_CHECK && o->verbose) note_gelu_taylor_bounds(&ir, d);
   if (out && fe.parse_only) ast_print(out, m);
   else if (out && !o->dump_after) ir_print(out, &ir);
   return true;

@@ -62,6 +62,78 @@ static int attention_node(Sema *S, const Call *c, int out, int q, int k, int v,
   return out;
 }
 
+// --- gelu_taylor on scores that no norm bounds ------------------------------------------
+// The rule (docs/activations.md): one side of an attention (gdpa's q and kv, pma's x) is
+// norm-bounded when its tensor is the output of rmsnorm or layernorm, or a stack, concat or
+// flatten of norm-bounded tensors (they move values, never grow them); pma's seeds are
+// parameters, bounded too. A norm's rows have a fixed size for given gains, and the Q/K
+// projections are linear without a bias, so with both sides bounded |score| is bounded by the
+// parameters alone, whatever the data. Otherwise the scores grow with the inputs, and
+// gelu_taylor on them (act = gelu_taylor, or gelu with @schedule(gelu = taylor)) draws a
+// note. Conservative: any other producer (an add, a linear, an activation, an input) counts
+// as unbounded.
+
+enum { NORM_BOUND_MAX_DEPTH = 64 };  // deeper nests of stack/concat count as unbounded
+
+static bool norm_bounded(const Sema *S, int tensor, int depth) {
+  const Tensor *t = sema_tensor(S, tensor);
+  if (t->kind != TENSOR_VALUE || t->producer < 0) return false;
+  const Node *n = &S->ir->nodes[t->producer];
+  switch (n->op) {
+  case OP_RMSNORM:
+  case OP_LAYERNORM: return true;
+  case OP_STACK:
+  case OP_CONCAT:
+  case OP_FLATTEN:
+    if (depth >= NORM_BOUND_MAX_DEPTH) return false;
+    for (int i = 0; i < n->nins; i++)
+      if (!norm_bounded(S, n->ins[i], depth + 1)) return false;
+    return true;
+  default: return false;
+  }
+}
+
+// One side of the scores: its name in the call, its tensor and where it is written.
+typedef struct ScoreSide {
+  const char *name;
+  int tensor;
+  const Expr *e;
+} ScoreSide;
+
+static void note_unbounded_scores(Sema *S, const Call *c, int act_param, const AttnArgs *a,
+                                  const ScoreSide *sides, int nsides) {
+  Loc at;
+  const char *what;
+  if (a->act == ACT_GELU_TAYLOR && c->arg[act_param]) {
+    at = c->arg[act_param]->value->loc;
+    what = "gelu_taylor";
+  } else if (a->act == ACT_GELU && c->sched.gelu_taylor == 1) {
+    at = c->hint_loc[HINT_GELU];
+    what = "@schedule(gelu = taylor)";
+  } else {
+    return;
+  }
+  const ScoreSide *open[2];
+  int nopen = 0;
+  for (int i = 0; i < nsides && nopen < 2; i++)
+    if (!norm_bounded(S, sides[i].tensor, 0)) open[nopen++] = &sides[i];
+  if (nopen == 0) return;
+  // A note, not a warning: the clamped minimax keeps its bound for every input
+  // (docs/activations.md), so unbounded scores cost accuracy nowhere; the note says where
+  // the scores are not held small, which a user tuning the range may still want to know.
+  if (nopen == 1)
+    diag_note(S->d, at, "%s on attention scores that no norm bounds: %s is not the output of "
+              "rmsnorm or layernorm (the bound of `gemc check -v` holds for any input)", what,
+              open[0]->name);
+  else
+    diag_note(S->d, at, "%s on attention scores that no norm bounds: %s and %s are not "
+              "outputs of rmsnorm or layernorm (the bound of `gemc check -v` holds for any "
+              "input)", what, open[0]->name, open[1]->name);
+  for (int i = 0; i < nopen; i++)
+    diag_note(S->d, open[i]->e->loc, "the scores grow with %s here; wrap it in rmsnorm(...) or "
+              "layernorm(...), or use exact gelu (docs/activations.md)", open[i]->name);
+}
+
 // --- gdpa -------------------------------------------------------------------------------
 // Parameters: 0 x, 1 q, 2 kv, 3 heads, 4 act, 5 mask, 6 window, 7 scale, 8 hstu_norm.
 
@@ -164,6 +236,8 @@ int sema_lower_gdpa(Sema *S, Call *c) {
   int vp = sema_linear_node(S, c, NULL, sema_fmt(S, "%s.v", b), kv, wv, -1, d, ACT_NONE);
   int att = sema_value_like(S, sema_fmt(S, "%s.attn", b), qp, d, c->value_dtype, loc);
   attention_node(S, c, att, qp, kp, vp, shape, &a, (Mask)mask, window, d);
+  ScoreSide sides[2] = {{self_form ? "x" : "q", q, qe}, {"kv", kv, kve}};
+  note_unbounded_scores(S, c, 4, &a, sides, self_form ? 1 : 2);
   return sema_linear_node(S, c, NULL, c->out, att, wo, -1, d, ACT_NONE);
 }
 
@@ -204,5 +278,7 @@ int sema_lower_pma(Sema *S, Call *c) {
   int att = sema_value(S, sema_fmt(S, "%s.attn", b), LAYOUT_SET, -1, seeds, d, c->value_dtype,
                        loc);
   attention_node(S, c, att, sp, kp, vp, ATTN_PMA, &a, MASK_NONE, 0, d);
+  ScoreSide side = {"x", x, c->arg[0]->value};  // the other side, the seeds, is a parameter
+  note_unbounded_scores(S, c, 3, &a, &side, 1);
   return sema_linear_node(S, c, NULL, c->out, att, wo, -1, d, ACT_NONE);
 }

@@ -227,16 +227,73 @@ static double sigmoid(double x) {
   return e / (1.0 + e);
 }
 
-static double gelu_exact(double x) { return 0.5 * x * (1.0 + erf(x * INV_SQRT_2)); }
+double gelu_exact(double x) { return 0.5 * x * (1.0 + erf(x * INV_SQRT_2)); }
 
+double gelu_exact_grad(double x) {  // Phi(x) + x phi(x)
+  return 0.5 * (1.0 + erf(x * INV_SQRT_2)) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+}
+
+// --- gelu_taylor: the clamped minimax polynomial (docs/activations.md) --------------------------
+
+// q(t) = t (a1 + a2 t + ... + a8 t^7), fitted by tests/fit/gelu_minimax_fit.py. The same literals
+// as GELU_TAYLOR_A1..A8 in kernels/prelude.cuh (and tests/codegen/prelude_on_cpu.h).
+const float gelu_taylor_coef[8] = {
+    3.984107077e-01f,  -6.544434279e-02f, 9.256702848e-03f,  -9.412298677e-04f,
+    6.577874592e-05f,  -2.967661203e-06f, 7.716877803e-08f,  -8.735044355e-10f,
+};
+
+// Beyond the clamp GELU is x (or 0) to within C Q(C) = 7.6e-5 (Q the normal tail), below the
+// polynomial's own error. NaN fails both comparisons and stays NaN through the polynomial.
 double gelu_taylor(double x) {
+  if (x >= GELU_TAYLOR_CLAMP) return x;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  const float *a = gelu_taylor_coef;
+  double t = x * x, p = a[7];
+  for (int k = 6; k >= 0; k--) p = p * t + a[k];
+  return 0.5 * x + t * p;
+}
+
+// The derivative of exactly what gelu_taylor computes: 1/2 + 2x q'(x^2), and 1 or 0 beyond.
+double gelu_taylor_grad(double x) {
+  if (x >= GELU_TAYLOR_CLAMP) return 1.0;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  const float *a = gelu_taylor_coef;
+  double t = x * x, p = 8.0 * a[7];
+  for (int k = 6; k >= 0; k--) p = p * t + (k + 1) * (double)a[k];
+  return 0.5 + 2.0 * x * p;
+}
+
+// --- the variants gelu_taylor was chosen against ----------------------------------------------
+
+double gelu_series6(double x) {
   double x2 = x * x;
   return 0.5 * x + INV_SQRT_2PI * x2 * (1.0 - x2 / 6.0 + x2 * x2 / 40.0);
 }
 
-static double gelu_taylor_grad(double x) {
+double gelu_series6_grad(double x) {
   double x2 = x * x;
   return 0.5 + INV_SQRT_2PI * x * (2.0 - 4.0 * x2 / 6.0 + 6.0 * x2 * x2 / 40.0);
+}
+
+static const double SQRT_2_OVER_PI = 0.797884560802865355879892119869;  // sqrt(2/pi)
+
+double gelu_tanh_form(double x) {
+  return 0.5 * x * (1.0 + tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x)));
+}
+
+double gelu_tanh_form_grad(double x) {
+  double t = tanh(SQRT_2_OVER_PI * (x + 0.044715 * x * x * x));
+  return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x);
+}
+
+// The range check: the series where it is exact, the tanh form beyond. It jumps by 1.2e-4 at
+// |x| = GELU_GUARD_RANGE, where the two forms disagree.
+double gelu_guarded(double x) {
+  return fabs(x) <= GELU_GUARD_RANGE ? gelu_series6(x) : gelu_tanh_form(x);
+}
+
+double gelu_guarded_grad(double x) {
+  return fabs(x) <= GELU_GUARD_RANGE ? gelu_series6_grad(x) : gelu_tanh_form_grad(x);
 }
 
 double act_forward(Act a, double x) {
@@ -261,8 +318,7 @@ double act_grad(Act a, double x) {
       double s = sigmoid(x);
       return s * (1.0 + x * (1.0 - s));
     }
-    case ACT_GELU:  // Phi(x) + x phi(x)
-      return 0.5 * (1.0 + erf(x * INV_SQRT_2)) + x * INV_SQRT_2PI * exp(-0.5 * x * x);
+    case ACT_GELU: return gelu_exact_grad(x);
     case ACT_GELU_TAYLOR: return gelu_taylor_grad(x);
     case ACT_RELU: return x > 0 ? 1.0 : 0.0;
     case ACT_SIGMOID: {
@@ -276,16 +332,20 @@ double act_grad(Act a, double x) {
   gemc_internal_error(__FILE__, __LINE__, "act_grad: not a pointwise activation");
 }
 
-// Samples |x| <= r densely. The error is even in x (gelu(-x) = gelu(x) - x, and the series
-// keeps that identity), so [0, r] suffices; r itself is always sampled.
-double gelu_taylor_max_error(double r) {
-  if (!(r >= 0) || isinf(r)) return NAN;
-  enum { SAMPLES = 100000 };
+double max_abs_error(double (*f)(double), double (*ref)(double), double lo, double hi,
+                     int samples) {
+  if (!(lo <= hi) || isinf(lo) || isinf(hi) || samples < 1) return NAN;
   double worst = 0;
-  for (int i = 0; i <= SAMPLES; i++) {
-    double x = r * i / SAMPLES;
-    double err = fabs(gelu_taylor(x) - gelu_exact(x));
+  for (int i = 0; i <= samples; i++) {
+    double x = i == samples ? hi : lo + (hi - lo) * i / samples;
+    double err = fabs(f(x) - ref(x));
     if (err > worst) worst = err;
   }
   return worst;
+}
+
+// The error is even in x, so [0, r] suffices; r itself is always sampled.
+double gelu_taylor_max_error(double r) {
+  if (!(r >= 0) || isinf(r)) return NAN;
+  return max_abs_error(gelu_taylor, gelu_exact, 0.0, r, 100000);
 }

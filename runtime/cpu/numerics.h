@@ -4,10 +4,11 @@
 //   fp8:        E4M3 (max 448, no inf) with one fp32 scale per tensor, saturating
 //   mxfp8:      OCP MX v1.0: blocks of 32 along the reduction dim share an E8M0 scale
 //               2^(floor(log2(amax)) - 8); elements E4M3, saturating
-//   gelu_taylor: the 6th-order series 0.5x + x^2/sqrt(2pi) - x^4/(6 sqrt(2pi)) + x^6/(40 sqrt(2pi))
+//   gelu_taylor: a degree-16 minimax polynomial for |x| < 4.125, x above and 0 below; its error
+//                bound over every input is GELU_TAYLOR_ERROR (docs/activations.md)
 // defines: round_bf16, round_fp16, e4m3_round, fp8_quantize, mxfp8_quantize, act_forward, act_grad,
-//          bf16/fp16/e4m3 _encode and _decode
-// The exact rules, and the gelu_taylor error table, are in docs/numerics.md.
+//          bf16/fp16/e4m3 _encode and _decode, gelu_taylor and the GELU variants it was chosen from
+// The exact rules are in docs/numerics.md; gelu_taylor's variants and errors, docs/activations.md.
 #ifndef GEMC_NUMERICS_H
 #define GEMC_NUMERICS_H
 
@@ -50,8 +51,49 @@ int mxfp8_block_exponent(float amax);
 // ACT_SOFTMAX is not pointwise and is handled by the attention code.
 double act_forward(Act a, double x);
 double act_grad(Act a, double x);  // d act / dx at x
+
+// --- gelu_taylor (docs/activations.md) ---------------------------------------------------------
+// gelu_taylor(x) = x for x >= GELU_TAYLOR_CLAMP, 0 for x <= -GELU_TAYLOR_CLAMP, and otherwise
+// x/2 + t (a1 + a2 t + ... + a8 t^7) with t = x^2: a minimax fit (tests/fit/gelu_minimax_fit.py)
+// of exact GELU, continuous at the clamp to within 2e-10. The coefficients are fp32 values, so
+// the fp32 kernels (kernels/attention.cuh) carry them exactly; kernels/prelude.cuh holds the
+// same literals as GELU_TAYLOR_A1..A8 (test_numerics checks they agree).
+// Over every finite input, in double: |gelu_taylor - gelu| <= GELU_TAYLOR_ERROR and
+// |gelu_taylor' - gelu'| <= GELU_TAYLOR_GRAD_ERROR; evaluating in fp32 (with or without FMA)
+// moves the value by at most GELU_TAYLOR_FP32_ROUNDING and the derivative by at most
+// GELU_TAYLOR_FP32_GRAD_ROUNDING. `gemc check -v` prints these bounds.
+#define GELU_TAYLOR_CLAMP 4.125
+#define GELU_TAYLOR_DEGREE 16
+#define GELU_TAYLOR_ERROR 8.6e-5
+#define GELU_TAYLOR_GRAD_ERROR 4.4e-4
+#define GELU_TAYLOR_FP32_ROUNDING 1.2e-5
+#define GELU_TAYLOR_FP32_GRAD_ROUNDING 4e-5
+extern const float gelu_taylor_coef[8];  // a1..a8
 double gelu_taylor(double x);
-// Max |gelu_taylor(x) - gelu(x)| over |x| <= r, for docs and the compiler's error report.
+double gelu_taylor_grad(double x);
+
+// The other variant measured for gelu_taylor, and what it replaced: the 6th-order Taylor series
+// around 0 (0.5x + (x^2 - x^4/6 + x^6/40)/sqrt(2pi), exact only near 0: error 0.22 at |x| = 2,
+// 4.0 at |x| = 3), that series guarded by |x| <= GELU_GUARD_RANGE with the tanh form
+// 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))) beyond, and the tanh form alone. Each with its
+// derivative.
+#define GELU_GUARD_RANGE 0.7
+double gelu_series6(double x);
+double gelu_series6_grad(double x);
+double gelu_guarded(double x);
+double gelu_guarded_grad(double x);
+double gelu_tanh_form(double x);
+double gelu_tanh_form_grad(double x);
+
+// Max |f(x) - ref(x)| over x = lo + (hi - lo) i / samples, i = 0..samples (NaN when the range
+// or the count is not valid). For the error tables: ref is act_forward(ACT_GELU)'s function or
+// its derivative, gelu_exact and gelu_exact_grad.
+double gelu_exact(double x);
+double gelu_exact_grad(double x);
+double max_abs_error(double (*f)(double), double (*ref)(double), double lo, double hi,
+                     int samples);
+// Max |gelu_taylor(x) - gelu(x)| over |x| <= r (the error is even in x: gelu(-x) = gelu(x) - x,
+// and gelu_taylor keeps that identity), sampled at 100,001 points of [0, r], r included.
 double gelu_taylor_max_error(double r);
 
 #endif

@@ -28,9 +28,28 @@ inline double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 inline double act_silu(double x) { return x * act_sigmoid(x); }
 inline double act_relu(double x) { return x > 0 ? x : 0.0; }
 inline double act_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+// gelu_taylor, as kernels/prelude.cuh has it (test_numerics checks that the literals agree).
+#define GELU_TAYLOR_CLAMP 4.125f
+#define GELU_TAYLOR_A1 3.984107077e-01f
+#define GELU_TAYLOR_A2 -6.544434279e-02f
+#define GELU_TAYLOR_A3 9.256702848e-03f
+#define GELU_TAYLOR_A4 -9.412298677e-04f
+#define GELU_TAYLOR_A5 6.577874592e-05f
+#define GELU_TAYLOR_A6 -2.967661203e-06f
+#define GELU_TAYLOR_A7 7.716877803e-08f
+#define GELU_TAYLOR_A8 -8.735044355e-10f
 inline double act_gelu_taylor(double x) {
-  double x2 = x * x;
-  return 0.5 * x + 0.39894228040143267794 * x2 * (1.0 - x2 / 6.0 + x2 * x2 / 40.0);
+  if (x >= GELU_TAYLOR_CLAMP) return x;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  double t = x * x, p = GELU_TAYLOR_A8;
+  p = p * t + GELU_TAYLOR_A7;
+  p = p * t + GELU_TAYLOR_A6;
+  p = p * t + GELU_TAYLOR_A5;
+  p = p * t + GELU_TAYLOR_A4;
+  p = p * t + GELU_TAYLOR_A3;
+  p = p * t + GELU_TAYLOR_A2;
+  p = p * t + GELU_TAYLOR_A1;
+  return 0.5 * x + t * p;
 }
 inline double act_none(double x) { return x; }
 inline double act_sigmoid_grad(double x) { double s = act_sigmoid(x); return s * (1.0 - s); }
@@ -40,8 +59,17 @@ inline double act_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) + x * 0.39894228040143267794 * exp(-0.5 * x * x);
 }
 inline double act_gelu_taylor_grad(double x) {
-  double x2 = x * x;
-  return 0.5 + 0.39894228040143267794 * x * (2.0 - 4.0 * x2 / 6.0 + 6.0 * x2 * x2 / 40.0);
+  if (x >= GELU_TAYLOR_CLAMP) return 1.0;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  double t = x * x, p = 8.0 * GELU_TAYLOR_A8;
+  p = p * t + 7.0 * GELU_TAYLOR_A7;
+  p = p * t + 6.0 * GELU_TAYLOR_A6;
+  p = p * t + 5.0 * GELU_TAYLOR_A5;
+  p = p * t + 4.0 * GELU_TAYLOR_A4;
+  p = p * t + 3.0 * GELU_TAYLOR_A3;
+  p = p * t + 2.0 * GELU_TAYLOR_A2;
+  p = p * t + GELU_TAYLOR_A1;
+  return 0.5 + 2.0 * x * p;
 }
 inline double act_none_grad(double) { return 1.0; }
 inline double warp_sum(double x) {

@@ -2,6 +2,7 @@
 // second runs the built gemc (next to this test: BUILD/gemc) on small files to pin exit codes,
 // output files, -q and --Werror end to end.
 #include <limits.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 
 #include "cli.h"
+#include "numerics.h"
 #include "shell_run.h"
 
 // Parses a NULL-terminated list of words (argv[0] is added). Returns what cli_parse returned;
@@ -296,6 +298,67 @@ static void test_cli_driver_check_is_silent_on_success(void **state) {
   r = run_gemc("check -v valid.gem");
   assert_int_equal(r->rc, 0);
   assert_string_equal(r->out, "valid.gem: ok\n");
+}
+
+// Every way to ask for gelu_taylor: attention (normed, so no warning), pointwise, and an mlp's
+// gelu under @schedule(gelu = taylor), whose two hidden layers are one op.
+static const char gelu_taylor_model[] =
+    "model m {\n"
+    "  batch 8;\n"
+    "  dim 16;\n"
+    "  seq hist : id max 8;\n"
+    "  dense c : f32[4];\n"
+    "  label click;\n"
+    "  table t : rows 10;\n"
+    "  h = embed(t, hist);\n"
+    "  h = h + gdpa(rmsnorm(h), heads = 2, act = gelu_taylor);\n"
+    "  p = pma(layernorm(h), seeds = 2, heads = 2, act = gelu_taylor);\n"
+    "  z = concat(flatten(p), gelu_taylor(linear(c, 16)));\n"
+    "  y = mlp(z, [8, 4, 1], act = gelu) @schedule(gelu = taylor);\n"
+    "  loss bce(y, click);\n"
+    "}\n";
+
+static int count_of(const char *text, const char *needle) {
+  int n = 0;
+  for (const char *at = text; (at = strstr(at, needle)) != NULL; at += strlen(needle)) n++;
+  return n;
+}
+
+// `gemc check -v` states gelu_taylor's bound at each op that uses it, and the function keeps
+// it: its largest error over a dense grid of [-10, 10] is within the printed number, while the
+// 6th-order series gelu_taylor used to be is not (error 4.0 at |x| = 3), so this test can fail.
+static void test_cli_driver_check_v_states_the_gelu_taylor_bound(void **state) {
+  (void)state;
+  write_model("gelu_taylor.gem", gelu_taylor_model);
+  Run *r = run_gemc("check gelu_taylor.gem");
+  assert_int_equal(r->rc, 0);
+  assert_string_equal(r->err, "");  // the bound is -v's; the normed scores draw no warning
+  r = run_gemc("check -v gelu_taylor.gem");
+  assert_int_equal(r->rc, 0);
+  assert_string_equal(r->out, "gelu_taylor.gem: ok\n");
+  assert_int_equal(count_of(r->err, ": note: gelu_taylor: |error| <= "), 4);
+  assert_int_equal(count_of(r->err, "warning"), 0);
+  const char *lines[] = {"gelu_taylor.gem:9:11: note:", "gelu_taylor.gem:10:7: note:",
+                         "gelu_taylor.gem:11:26: note:", "gelu_taylor.gem:12:7: note:"};
+  for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+    assert_non_null(strstr(r->err, lines[i]));
+
+  double bound = 0, grad_bound = 0;
+  const char *at = strstr(r->err, "|error| <= ");
+  assert_non_null(at);
+  assert_int_equal(sscanf(at, "|error| <= %lf over all inputs (its derivative's <= %lf",
+                          &bound, &grad_bound), 2);
+  double value = max_abs_error(gelu_taylor, gelu_exact, -10, 10, 200000);
+  double grad = max_abs_error(gelu_taylor_grad, gelu_exact_grad, -10, 10, 200000);
+  print_message("printed bound %g (derivative %g); measured %.4e (%.4e)\n", bound, grad_bound,
+                value, grad);
+  assert_true(value <= bound);
+  assert_true(grad <= grad_bound);
+  assert_true(fabs(gelu_series6(3.0) - gelu_exact(3.0)) > bound);
+  assert_true(fabs(gelu_series6(-3.0) - gelu_exact(-3.0)) > bound);
+
+  r = run_gemc("check -v valid.gem");  // no gelu_taylor, no note
+  assert_string_equal(r->err, "");
 }
 
 static void test_cli_driver_exit_codes(void **state) {
@@ -711,6 +774,7 @@ int main(int argc, char **argv) {
   };
   const struct CMUnitTest driver_tests[] = {
       cmocka_unit_test(test_cli_driver_check_is_silent_on_success),
+      cmocka_unit_test(test_cli_driver_check_v_states_the_gelu_taylor_bound),
       cmocka_unit_test(test_cli_driver_exit_codes),
       cmocka_unit_test(test_cli_driver_werror_fails_on_warnings),
       cmocka_unit_test(test_cli_driver_quiet_keeps_only_errors),

@@ -2,7 +2,9 @@
 // exhaustively (every 16-bit pattern, every midpoint between neighbours) and against an
 // independent reference rounding on random floats; E4M3 over all 256 codes and every midpoint;
 // fp8 and mxfp8 on hand-checked tensors and blocks, both layouts; act_grad against central
-// differences; gelu_taylor_max_error against the table in the design overview.
+// differences; the 6th-order series' error against the table in the design overview; gelu_taylor
+// (docs/activations.md) within the bound gemc states, in double and in fp32, and carried with the
+// same coefficients by the kernels.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <cmocka.h>
 
 #include "internal_error.h"
+#include "kernels_embedded.h"
 #include "numerics.h"
 
 static uint32_t bits_of(float x) {
@@ -462,11 +465,28 @@ static void test_numerics_act_forward_known_values(void **state) {
   assert_true(fabs(act_forward(ACT_GELU, -1.0) - (-0.15865525393145707)) < 1e-15);
   assert_true(act_forward(ACT_RELU, -1.0) == 0.0 && act_forward(ACT_RELU, 2.0) == 2.0);
   assert_true(act_forward(ACT_SIGMOID, 0.0) == 0.5);
-  // The 6th-order series, term by term.
+  // The 6th-order series gelu_taylor used to be, term by term.
   double x = 0.7, s = 1 / sqrt(2 * M_PI);
   double series = 0.5 * x + x * x * s - pow(x, 4) * s / 6 + pow(x, 6) * s / 40;
-  assert_true(fabs(act_forward(ACT_GELU_TAYLOR, x) - series) < 1e-15);
+  assert_true(fabs(gelu_series6(x) - series) < 1e-15);
+  // gelu_taylor: the polynomial, then x or 0 beyond the clamp; exact at 0; NaN stays NaN.
   assert_true(act_forward(ACT_GELU_TAYLOR, x) == gelu_taylor(x));
+  assert_true(act_grad(ACT_GELU_TAYLOR, x) == gelu_taylor_grad(x));
+  const float *a = gelu_taylor_coef;
+  double t = x * x, poly = 0;
+  for (int k = 0; k < 8; k++) poly += a[k] * pow(t, k + 1);
+  assert_true(fabs(gelu_taylor(x) - (0.5 * x + poly)) < 1e-15);
+  assert_true(fabs(gelu_taylor(1.0) - 0.8413447460685429) < GELU_TAYLOR_ERROR);
+  assert_true(gelu_taylor(0.0) == 0.0);
+  assert_true(gelu_taylor(GELU_TAYLOR_CLAMP) == GELU_TAYLOR_CLAMP && gelu_taylor(7.5) == 7.5);
+  assert_true(gelu_taylor(-GELU_TAYLOR_CLAMP) == 0.0 && gelu_taylor(-7.5) == 0.0);
+  assert_true(gelu_taylor_grad(7.5) == 1.0 && gelu_taylor_grad(-7.5) == 0.0);
+  assert_true(gelu_taylor(INFINITY) == INFINITY && gelu_taylor(-INFINITY) == 0.0);
+  assert_true(isnan(gelu_taylor(NAN)) && isnan(gelu_taylor_grad(NAN)));
+  // Continuous at the clamp (the fit moved the fp32 coefficients to keep q(C^2) = C/2).
+  double below = nextafter(GELU_TAYLOR_CLAMP, 0);
+  assert_true(fabs(gelu_taylor(below) - GELU_TAYLOR_CLAMP) < 1e-9);
+  assert_true(fabs(gelu_taylor(-below)) < 1e-9);
   // Far tails stay finite.
   assert_true(act_forward(ACT_SIGMOID, -800) == 0.0 && act_forward(ACT_SIGMOID, 800) == 1.0);
   assert_true(act_forward(ACT_SILU, -800) == 0.0 && act_forward(ACT_SILU, 800) == 800.0);
@@ -522,29 +542,169 @@ static void test_numerics_softmax_is_not_pointwise(void **state) {
   assert_internal_error(call_softmax_grad);
 }
 
-// The design overview's table, to two significant digits.
-static void test_numerics_gelu_taylor_error_table(void **state) {
+// The design overview's table of the old 6th-order series, to two significant digits.
+static void test_numerics_gelu_series6_error_table(void **state) {
   (void)state;
   const struct {
     double r, err;
   } table[] = {{0.5, 4.5e-6}, {1.0, 1.1e-3}, {1.5, 2.5e-2}, {2.0, 0.22}, {3.0, 4.0}};
   double prev = 0;
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++) {
-    double got = gelu_taylor_max_error(table[i].r);
+    double got = max_abs_error(gelu_series6, gelu_exact, 0.0, table[i].r, 100000);
     double unit = pow(10.0, floor(log10(table[i].err)) - 1);  // the second significant digit
-    print_message("gelu_taylor max error |x| <= %.1f: %.4g (table %.2g)\n", table[i].r, got,
+    print_message("series max error |x| <= %.1f: %.4g (table %.2g)\n", table[i].r, got,
                   table[i].err);
     if (fabs(got - table[i].err) > 0.5 * unit)
       fail_msg("r=%g: %.6g does not round to %.2g", table[i].r, got, table[i].err);
     assert_true(got > prev);
     prev = got;
   }
-  assert_true(gelu_taylor_max_error(0.0) == 0.0);
-  assert_true(isnan(gelu_taylor_max_error(-1.0)));
-  assert_true(isnan(gelu_taylor_max_error(NAN)));
-  // It is a max over the range: at least the error at the end point, on either side.
-  double end_error = fabs(gelu_taylor(-1.2) - act_forward(ACT_GELU, -1.2));
-  assert_true(gelu_taylor_max_error(1.2) >= end_error * (1 - 1e-12));
+  assert_true(isnan(max_abs_error(gelu_series6, gelu_exact, 1.0, -1.0, 10)));
+  assert_true(isnan(max_abs_error(gelu_series6, gelu_exact, 0.0, INFINITY, 10)));
+  assert_true(isnan(max_abs_error(gelu_series6, gelu_exact, 0.0, 1.0, 0)));
+}
+
+// The grid of docs/activations.md's table: [-10, 10] every 1e-4. Between two samples the error
+// moves by at most |error'| * 5e-5 < 3e-8 (|error'| <= GELU_TAYLOR_GRAD_ERROR), under the margin
+// between the measured maximum and the stated bound; beyond |x| = 10 gelu_taylor is x or 0
+// and GELU's distance from them, |x| Q(|x|), only shrinks.
+enum { GRID = 200000 };
+
+// gelu_taylor keeps the bound it states over the whole grid, value and derivative; the old
+// series breaks it by far at |x| = 3 (so this test can fail), and the guarded series and the
+// tanh form, the other candidates, are looser.
+static void test_numerics_gelu_taylor_within_its_bound(void **state) {
+  (void)state;
+  double value = max_abs_error(gelu_taylor, gelu_exact, -10, 10, GRID);
+  double grad = max_abs_error(gelu_taylor_grad, gelu_exact_grad, -10, 10, GRID);
+  print_message("gelu_taylor on [-10, 10]: |error| %.4e (bound %.1e), derivative %.4e (bound "
+                "%.1e)\n", value, GELU_TAYLOR_ERROR, grad, GELU_TAYLOR_GRAD_ERROR);
+  assert_true(value <= GELU_TAYLOR_ERROR);
+  assert_true(grad <= GELU_TAYLOR_GRAD_ERROR);
+  assert_true(value > 0.9 * GELU_TAYLOR_ERROR);  // the bound is tight, not a loose guess
+  assert_true(gelu_taylor_max_error(10.0) == max_abs_error(gelu_taylor, gelu_exact, 0, 10,
+                                                           100000));
+  // Far out, and on the negative side, where GELU's tail is 0 to within |x| Q(|x|).
+  const double far[] = {-1e30, -1e6, -42.0, 42.0, 1e6, 1e30};
+  for (size_t i = 0; i < sizeof far / sizeof far[0]; i++)
+    assert_true(fabs(gelu_taylor(far[i]) - gelu_exact(far[i])) <= GELU_TAYLOR_ERROR);
+
+  double old_at_3 = fabs(gelu_series6(3.0) - gelu_exact(3.0));
+  print_message("old series at |x| = 3: |error| %.4g\n", old_at_3);
+  assert_true(old_at_3 > GELU_TAYLOR_ERROR);
+  assert_true(old_at_3 > 3.9);
+  assert_true(fabs(gelu_series6(-3.0) - gelu_exact(-3.0)) > GELU_TAYLOR_ERROR);
+
+  double guarded = max_abs_error(gelu_guarded, gelu_exact, -10, 10, GRID);
+  double guarded_grad = max_abs_error(gelu_guarded_grad, gelu_exact_grad, -10, 10, GRID);
+  double tanh_form = max_abs_error(gelu_tanh_form, gelu_exact, -10, 10, GRID);
+  print_message("guarded series: %.4e, derivative %.4e; tanh form %.4e\n", guarded,
+                guarded_grad, tanh_form);
+  assert_true(guarded > 5 * GELU_TAYLOR_ERROR && guarded_grad > GELU_TAYLOR_GRAD_ERROR);
+  assert_true(guarded <= tanh_form * (1 + 1e-12));  // the guard keeps the tanh form's bound
+}
+
+// gelu_taylor as the fp32 attention kernels evaluate it (kernels/attention.cuh, attn_act and
+// attn_act_grad): Horner in float with the fp32 coefficients, contracted to FMA as NVRTC does
+// (fma = 1) or not, as the CPU emulation of the kernels does (fma = 0).
+static float horner_f32(const float *c, float t, int fma) {
+  float p = c[7];
+  for (int k = 6; k >= 0; k--) {
+    if (fma) {
+      p = fmaf(p, t, c[k]);
+    } else {
+      volatile float m = p * t;  // no contraction
+      p = m + c[k];
+    }
+  }
+  return p;
+}
+
+static float gelu_taylor_f32(float x, int fma) {
+  float t = x * x, p = horner_f32(gelu_taylor_coef, t, fma);
+  volatile float m = t * p;
+  float y = fma ? fmaf(t, p, 0.5f * x) : 0.5f * x + m;
+  const float c = (float)GELU_TAYLOR_CLAMP;
+  return x >= c ? x : (x <= -c ? 0.0f : y);
+}
+
+static float gelu_taylor_grad_f32(float x, int fma) {
+  float d[8];
+  for (int k = 0; k < 8; k++) d[k] = (float)(k + 1) * gelu_taylor_coef[k];
+  float p = horner_f32(d, x * x, fma);
+  volatile float m = 2.0f * x * p;
+  float y = fma ? fmaf(2.0f * x, p, 0.5f) : 0.5f + m;
+  const float c = (float)GELU_TAYLOR_CLAMP;
+  return x >= c ? 1.0f : (x <= -c ? 0.0f : y);
+}
+
+static void test_numerics_gelu_taylor_fp32_rounding_within_its_bound(void **state) {
+  (void)state;
+  for (int fma = 0; fma <= 1; fma++) {
+    double value = 0, grad = 0, total = 0;
+    for (int i = 0; i <= GRID; i++) {
+      float x = (float)(-10.0 + 20.0 * i / GRID);
+      value = fmax(value, fabs(gelu_taylor_f32(x, fma) - gelu_taylor(x)));
+      grad = fmax(grad, fabs(gelu_taylor_grad_f32(x, fma) - gelu_taylor_grad(x)));
+      total = fmax(total, fabs(gelu_taylor_f32(x, fma) - gelu_exact(x)));
+    }
+    print_message("fp32%s: |fp32 - double| %.3e (bound %.1e), derivative %.3e (bound %.1e); "
+                  "|error| %.4e\n", fma ? " with fma" : "", value, GELU_TAYLOR_FP32_ROUNDING,
+                  grad, GELU_TAYLOR_FP32_GRAD_ROUNDING, total);
+    assert_true(value <= GELU_TAYLOR_FP32_ROUNDING);
+    assert_true(grad <= GELU_TAYLOR_FP32_GRAD_ROUNDING);
+    assert_true(total <= GELU_TAYLOR_ERROR + GELU_TAYLOR_FP32_ROUNDING);
+  }
+}
+
+// The value of `#define NAME literal` in `text`, NAN when it is not there; *suffix is the
+// character after the number ('f' for a float literal).
+static double define_value(const char *text, const char *name, char *suffix) {
+  char key[64];
+  snprintf(key, sizeof key, "#define %s ", name);
+  const char *at = strstr(text, key);
+  if (!at) return NAN;
+  char *end;
+  double v = strtod(at + strlen(key), &end);
+  *suffix = *end;
+  return v;
+}
+
+static void assert_same_coefficients(const char *text, const char *where) {
+  for (int k = 0; k < 8; k++) {
+    char name[32];
+    snprintf(name, sizeof name, "GELU_TAYLOR_A%d", k + 1);
+    char suffix;
+    double v = define_value(text, name, &suffix);
+    if ((float)v != gelu_taylor_coef[k])
+      fail_msg("%s: %s is %.10g, numerics.c has %.10g", where, name, v, gelu_taylor_coef[k]);
+    assert_int_equal(suffix, 'f');  // a float literal: in double code too it is the fp32 value
+  }
+  char suffix;
+  assert_true(define_value(text, "GELU_TAYLOR_CLAMP", &suffix) == GELU_TAYLOR_CLAMP);
+}
+
+// The GPU kernels compute the CPU executor's gelu_taylor: the prelude's macros (which the
+// attention kernels use) and the CPU stand-in for the prelude carry numerics.c's coefficients.
+static void test_numerics_gelu_taylor_kernels_carry_the_same_coefficients(void **state) {
+  (void)state;
+  assert_same_coefficients(kernel_prelude_cuh, "kernels/prelude.cuh");
+  // attn_act and attn_act_grad evaluate those macros, with no coefficient of their own.
+  const char *at = strstr(kernel_attention_cuh, "ACT == ATTN_ACT_GELU_TAYLOR");
+  assert_non_null(at);
+  assert_non_null(strstr(at, "GELU_TAYLOR_A8"));
+  assert_non_null(strstr(at, "GELU_TAYLOR_CLAMP"));
+  at = strstr(at + 1, "ACT == ATTN_ACT_GELU_TAYLOR");
+  assert_non_null(at);
+  assert_non_null(strstr(at, "8.0f * GELU_TAYLOR_A8"));
+  assert_null(strstr(kernel_attention_cuh, "40.0f"));  // the old series' last term
+  static char text[1 << 16];
+  FILE *f = fopen("tests/codegen/prelude_on_cpu.h", "r");
+  if (!f) return;  // run from elsewhere than the repository root
+  size_t n = fread(text, 1, sizeof text - 1, f);
+  text[n] = '\0';
+  fclose(f);
+  assert_same_coefficients(text, "tests/codegen/prelude_on_cpu.h");
 }
 
 int main(void) {
@@ -570,7 +730,10 @@ int main(void) {
       cmocka_unit_test(test_numerics_act_forward_known_values),
       cmocka_unit_test(test_numerics_act_grad_matches_central_differences),
       cmocka_unit_test(test_numerics_softmax_is_not_pointwise),
-      cmocka_unit_test(test_numerics_gelu_taylor_error_table),
+      cmocka_unit_test(test_numerics_gelu_series6_error_table),
+      cmocka_unit_test(test_numerics_gelu_taylor_within_its_bound),
+      cmocka_unit_test(test_numerics_gelu_taylor_fp32_rounding_within_its_bound),
+      cmocka_unit_test(test_numerics_gelu_taylor_kernels_carry_the_same_coefficients),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
