@@ -298,8 +298,9 @@ __device__ __forceinline__ void sm90_scores(float *sc, unsigned q_rows, unsigned
 }
 
 // S -> P for one key tile, in place: mask, activation (or online softmax, with the factor
-// `correction` that O must be rescaled by before this tile's P·V is added). Accumulator n-block nb holds keys j0 + 8 nb + 2t + {0, 1}
-// of rows row0 (values 0, 1) and row0 + 8 (values 2, 3).
+// `correction` that O must be rescaled by before this tile's P·V is added). Accumulator
+// n-block nb holds keys j0 + 8 nb + 2t + {0, 1} of rows row0 (values 0, 1) and row0 + 8
+// (values 2, 3).
 template <int ACT, int BN>
 __device__ __forceinline__ void sm90_activate(float *sc, float *correction, float *row_max,
                                               float *row_sum, const AttnRows &r,
