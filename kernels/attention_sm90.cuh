@@ -352,6 +352,26 @@ __device__ __forceinline__ void sm90_activate(float *sc, float *correction, floa
   }
 }
 
+// One key tile's scores made ready for P·V: activate them (sm90_activate), wait for the
+// previous tile's P·V, rescale O (softmax) and pack P into A fragments.
+template <int ACT, int BN, int DH, bool F16>
+__device__ __forceinline__ void sm90_prepare(float *sc, unsigned (*pa)[4], float *o,
+                                             float *row_max, float *row_sum, const AttnRows &r,
+                                             const AttnExample &e, int j0, int row0, int t) {
+  float correction[2] = {1.0f, 1.0f};
+  sm90_activate<ACT, BN>(sc, correction, row_max, row_sum, r, e, j0, row0, t);
+  sm90_wgmma_wait<0>();  // the previous tile's P·V
+  sm90_pin<DH / 2>(o);
+  if (ACT == ATTN_ACT_SOFTMAX) {
+#pragma unroll
+    for (int i = 0; i < DH / 2; i++) o[i] *= correction[(i >> 1) & 1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < BN / 16; kk++)
+#pragma unroll
+    for (int q = 0; q < 4; q++) pa[kk][q] = sm90_pack<F16>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
+}
+
 // O (64 x DH) += P·V: P from registers, the V tile at v_tile transposed, BN/16 wgmma issued.
 template <int DH, int BN, bool F16>
 __device__ __forceinline__ void sm90_values(float *o, unsigned (*pa)[4], unsigned v_tile) {
@@ -507,8 +527,9 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     // while the tensor cores still add tile j-1's P·V; then S of tile j+1 and P·V of tile j
     // are issued together, and only S is waited for. K and V stages are released apart (K
     // once its S is done, V once its P·V is), so the producer refills K a tile earlier. The
-    // extra S issued with the last tile keeps every wgmma out of a branch (which ptxas would
-    // serialize); its result is dropped.
+    // last tile is peeled: its P·V is a wgmma group of its own under the `if` (a group that is
+    // wholly conditional is fine; a conditional wgmma inside a group makes ptxas serialize
+    // them, C7520).
     float sc[S_REGS];
 #pragma unroll
     for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
@@ -523,43 +544,41 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       sm90_pin<S_REGS>(sc);
       sm90_bar_arrive(k_empty + 8 * (c % STAGES));  // K is read; V stays until its P·V is done
     }
-    for (int j = 0; j < it.nkv; j++, c++) {
-      const int s = c % STAGES;
-      float correction[2] = {1.0f, 1.0f};
-      sm90_activate<ACT, BN>(sc, correction, row_max, row_sum, r, it.e, it.jlo + j * BN, row0, t);
-      sm90_wgmma_wait<0>();  // tile j-1's P·V
-      sm90_pin<O_REGS>(o);
+    for (int j = 0; j + 1 < it.nkv; j++, c++) {
+      const int s = c % STAGES, next = (c + 1) % STAGES;
+      sm90_prepare<ACT, BN, DH, F16>(sc, pa, o, row_max, row_sum, r, it.e, it.jlo + j * BN,
+                                     row0, t);
       if (j > 0) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
-      if (SOFTMAX) {
-#pragma unroll
-        for (int i = 0; i < O_REGS; i++) o[i] *= correction[(i >> 1) & 1];
-      }
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; kk++)
-#pragma unroll
-        for (int q = 0; q < 4; q++)
-          pa[kk][q] = sm90_pack<F16>(sc[8 * kk + 2 * q], sc[8 * kk + 2 * q + 1]);
-      const bool last = j + 1 == it.nkv;
-      const int next = (c + 1) % STAGES;
-      // The last tile's extra S multiplies the Q tile by itself: shared memory nobody writes
-      // until this warpgroup releases it, so the discarded result races with no copy.
-      const unsigned next_k = last ? q_tiles + qb * Q_BYTES : k_tiles + next * KV_BYTES;
-      if (!last) sm90_bar_wait(k_full + 8 * next, ((c + 1) / STAGES) & 1);
+      sm90_bar_wait(k_full + 8 * next, ((c + 1) / STAGES) & 1);
       sm90_bar_wait(v_full + 8 * s, (c / STAGES) & 1);
       sm90_pin<S_REGS>(sc);
       sm90_pin<O_REGS>(o);
       sm90_wgmma_fence();
-      sm90_scores<DH, BN, F16>(sc, q_rows, next_k);
+      sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + next * KV_BYTES);
       sm90_wgmma_commit();
       sm90_values<DH, BN, F16>(o, pa, v_tiles + s * KV_BYTES);
       sm90_wgmma_commit();
       sm90_wgmma_wait<1>();  // S of tile j+1; P·V of tile j stays in flight
       sm90_pin<S_REGS>(sc);
-      if (!last) sm90_bar_arrive(k_empty + 8 * next);
+      sm90_bar_arrive(k_empty + 8 * next);
     }
-    sm90_wgmma_wait<0>();  // the last P·V (nothing is in flight when there was no key tile)
+    if (it.nkv > 0) {  // the last key tile: its P·V alone
+      const int s = c % STAGES;
+      sm90_prepare<ACT, BN, DH, F16>(sc, pa, o, row_max, row_sum, r, it.e,
+                                     it.jlo + (it.nkv - 1) * BN, row0, t);
+      if (it.nkv > 1) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
+      sm90_bar_wait(v_full + 8 * s, (c / STAGES) & 1);
+      sm90_pin<O_REGS>(o);
+      sm90_wgmma_fence();
+      sm90_values<DH, BN, F16>(o, pa, v_tiles + s * KV_BYTES);
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<O_REGS>(o);
+      sm90_bar_arrive(v_empty + 8 * s);
+      c++;
+    }
+    sm90_wgmma_wait<0>();  // a no-op (nothing is in flight), which tells ptxas so
     sm90_pin<O_REGS>(o);
-    if (it.nkv > 0) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
     sm90_bar_arrive(q_empty + 8 * qb);
 
     // Normalize and store this thread's rows that exist.
