@@ -73,7 +73,8 @@ int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side
 // (emit_attention_quantized.c); the contract of emit_attention, which picks one.
 bool emit_attention_plain(Lower *L, int node);
 // The sm_90a forward (emit_attention_sm90.c): whether it takes node a (bf16 or fp16 q, k, v of
-// head dim 64 or 128, not PMA, the target has wgmma and TMA), and its emitter.
+// head dim 64 or 128, not PMA, the target has wgmma and TMA, no tile_q but 128 and no tile_m),
+// and its emitter (false for a tile_kv or stages it cannot take: docs/schedules.md).
 bool attn_sm90_forward_applies(const Lower *L, const AttnNode *a);
 bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a);
 // The sm_90a backward: dQ (kv false; g1 = dQ) or dK and dV (kv true; g1 = dK, g2 = dV, either

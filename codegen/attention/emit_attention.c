@@ -9,15 +9,31 @@
 
 #include "attention_internal.h"
 
-// The forward kernel's shape: query rows per block (schedule hint tile_q: 64 or 128) and per
-// warp (tile_m: 16 or 32). By default, for jagged queries, 4 warps of 32 rows: every K and V
-// fragment read from shared memory then feeds two MMAs. Short queries take 4 warps of 16.
-static void forward_shape(const AttnNode *a, int *warps, int *mw) {
-  int rows = a->q_jag >= 0 ? 128 : 64, warp_rows = a->q_jag >= 0 ? 32 : 16;
-  if (a->n->sched.tile_q == 64 || a->n->sched.tile_q == 128) rows = a->n->sched.tile_q;
-  if (a->n->sched.tile_m == 16 || a->n->sched.tile_m == 32) warp_rows = a->n->sched.tile_m;
+// The mma.sync forward's shape (docs/schedules.md): query rows per block (schedule hint tile_q:
+// 64 or 128) and per warp (tile_m: 16 or 32); keys stream through in ATTN_TILE_KV = 64 tiles,
+// double buffered, so tile_kv takes only 64 and stages only 2. By default, for jagged queries,
+// 4 warps of 32 rows: every K and V fragment read from shared memory then feeds two MMAs.
+// Short queries take 4 warps of 16. Sema refuses other values (sema_schedule_attention.c);
+// false here for one that gets past it.
+static bool forward_shape(const AttnNode *a, int *warps, int *mw) {
+  const Schedule *s = &a->n->sched;
+  if ((s->tile_q && s->tile_q != 64 && s->tile_q != 128) ||
+      (s->tile_m && s->tile_m != 16 && s->tile_m != 32) || (s->tile_kv && s->tile_kv != 64) ||
+      (s->stages && s->stages != 2))
+    return false;
+  int rows = s->tile_q ? s->tile_q : a->q_jag >= 0 ? 128 : 64;
+  int warp_rows = s->tile_m ? s->tile_m : a->q_jag >= 0 ? 32 : 16;
   *mw = warp_rows / 16;
   *warps = rows / warp_rows;
+  return true;
+}
+
+// The SIMT forward: 64 query rows a block (one thread each), 64 keys at a time, one stage;
+// it takes those values of tile_q, tile_kv and stages, and no tile_m.
+static bool simt_shape_ok(const AttnNode *a) {
+  const Schedule *s = &a->n->sched;
+  return (!s->tile_q || s->tile_q == 64) && (!s->tile_kv || s->tile_kv == 64) && !s->tile_m &&
+         (!s->stages || s->stages == 1);
 }
 
 static int forward_smem_rows(const AttnNode *a, int rows) {
@@ -46,8 +62,12 @@ static bool emit_forward(Lower *L, int node) {
   if (!attn_elem_type(ir->tensors[n->out].dtype)) return false;
   if (attn_sm90_forward_applies(L, &a)) return emit_attention_forward_sm90(L, node, &a);
   int warps, mw;
-  forward_shape(&a, &warps, &mw);
-  if (a.simt) warps = 2, mw = 2;  // 64 threads, one per query row
+  if (a.simt) {
+    if (!simt_shape_ok(&a)) return false;
+    warps = 2, mw = 2;  // 64 threads, one per query row
+  } else if (!forward_shape(&a, &warps, &mw)) {
+    return false;
+  }
   char kernel[128];
   snprintf(kernel, sizeof kernel, "%s_fwd", a.name);
   attn_kernel_comment(L, n, "fwd");

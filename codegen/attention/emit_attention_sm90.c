@@ -17,17 +17,27 @@ static int forward_smem(int64_t dh, int bn, int stages) {
   return (int)(1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * stages * bn * dh * 2 + 8 * (4 + 4 * stages));
 }
 
-// The key tile and pipeline depth: the schedule's tile_kv and stages when given, else 128 keys
-// and as many stages (2..4) as shared memory holds.
-static void sm90_shape(const AttnNode *a, int *bn, int *stages) {
-  *bn = a->n->sched.tile_kv == 64 ? 64 : 128;
-  *stages = a->n->sched.stages;
-  if (*stages < 2 || *stages > 4) {
+// The key tile and pipeline depth: the schedule's tile_kv (64 or 128) and stages (2..4) when
+// given, else 128 keys and as many stages as shared memory holds (docs/schedules.md). Sema
+// refuses any other value and any that does not fit (sema_schedule_attention.c); false here
+// for one that gets past it (an IR built without sema, or for another target).
+static bool sm90_shape(const AttnNode *a, int *bn, int *stages) {
+  const Schedule *s = &a->n->sched;
+  if (s->tile_kv != 0 && s->tile_kv != 64 && s->tile_kv != 128) return false;
+  if (s->stages != 0 && (s->stages < 2 || s->stages > 4)) return false;
+  *bn = s->tile_kv ? s->tile_kv : 128;
+  *stages = s->stages;
+  if (!*stages) {
     *stages = 2;
     while (*stages < 4 && forward_smem(a->dh, *bn, *stages + 1) <= SM90_MAX_SMEM) (*stages)++;
   }
+  return forward_smem(a->dh, *bn, *stages) <= SM90_MAX_SMEM;
 }
 
+// Whether the sm_90a kernel runs node a: the target, the types, the head dim and the shape
+// decide, and then the schedule: tile_q = 64 (or any tile_m) asks for the mma.sync kernel,
+// which the sm_90a one does not replace (docs/schedules.md). tile_kv and stages do not choose:
+// a value the kernel cannot take makes emit_attention_forward_sm90 refuse the node.
 bool attn_sm90_forward_applies(const Lower *L, const AttnNode *a) {
   const Target *t = target_find(L->p->target);
   if (!t || !t->wgmma || !t->tma) return false;
@@ -35,18 +45,15 @@ bool attn_sm90_forward_applies(const Lower *L, const AttnNode *a) {
   const Ir *ir = L->ir;
   DType q = ir->tensors[a->q].dtype, k = ir->tensors[a->k].dtype;
   if ((k != DT_BF16 && k != DT_FP16) || q != k || ir->tensors[a->v].dtype != k) return false;
-  if (a->n->sched.tile_q != 0 && a->n->sched.tile_q != SM90_TILE_Q) return false;
-  int bn, stages;
-  sm90_shape(a, &bn, &stages);
-  return forward_smem(a->dh, bn, stages) <= SM90_MAX_SMEM;
+  return (a->n->sched.tile_q == 0 || a->n->sched.tile_q == SM90_TILE_Q) && a->n->sched.tile_m == 0;
 }
 
 bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
-  if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_CUH")) sb_puts(&L->src, kernel_attention_sm90_cuh);
   int bn, stages;
-  sm90_shape(a, &bn, &stages);
+  if (!sm90_shape(a, &bn, &stages)) return false;
+  if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_CUH")) sb_puts(&L->src, kernel_attention_sm90_cuh);
   char kernel[128];
   snprintf(kernel, sizeof kernel, "%s_fwd", a->name);
   attn_kernel_comment(L, n, "fwd");

@@ -874,8 +874,10 @@ static bool check_schedule(Check *c, const Node *n) {
   const char *op = op_name(n->op);
   if ((s->tile_q || s->tile_kv || s->zigzag) && !attention)
     return verify_fail(c, "tile_q, tile_kv and zigzag are attention hints, not %s hints", op);
-  if ((s->tile_m || s->tile_n || s->tile_k) && !matmul)
+  if ((s->tile_n || s->tile_k) && !matmul)
     return verify_fail(c, "tile_m, tile_n and tile_k are linear and dot_interact hints, not %s hints", op);
+  if (s->tile_m && !matmul && !attention)  // attention: query rows per warp (docs/schedules.md)
+    return verify_fail(c, "tile_m is a linear, dot_interact and attention hint, not a %s hint", op);
   if (s->stages && !matmul && !attention) return verify_fail(c, "stages is a matmul hint, not a %s hint", op);
   if (s->gelu_taylor && !op_has_attr(n->op, ATTR_ACT))
     return verify_fail(c, "the gelu hint needs an op with an activation, not %s", op);

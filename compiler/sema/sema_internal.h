@@ -142,18 +142,19 @@ static inline const Tensor *sema_tensor(const Sema *S, int i) { return &S->ir->t
 // Schedule hints, by their bit in OpSpec.hints.
 typedef enum Hint {
   HINT_TILE_Q, HINT_TILE_KV, HINT_TILE_M, HINT_TILE_N, HINT_TILE_K, HINT_STAGES,
-  HINT_ZIGZAG, HINT_GELU, HINT_COUNT
+  HINT_ZIGZAG, HINT_GELU, HINT_DETERMINISTIC, HINT_COUNT
 } Hint;
-#define HINTS_ATTENTION ((1u << HINT_TILE_Q) | (1u << HINT_TILE_KV) | (1u << HINT_STAGES) | \
-                         (1u << HINT_ZIGZAG) | (1u << HINT_GELU))
+#define HINTS_ATTENTION ((1u << HINT_TILE_Q) | (1u << HINT_TILE_KV) | (1u << HINT_TILE_M) | \
+                         (1u << HINT_STAGES) | (1u << HINT_ZIGZAG) | (1u << HINT_GELU) |   \
+                         (1u << HINT_DETERMINISTIC))
 #define HINTS_MATMUL ((1u << HINT_TILE_M) | (1u << HINT_TILE_N) | (1u << HINT_TILE_K) | \
                       (1u << HINT_STAGES))
 #define HINTS_GELU (1u << HINT_GELU)
-// The hints codegen does not read yet, on any op that takes them: checked and kept in the IR,
-// but they change no generated code, so each draws a warning. Of the others, gelu and zigzag
-// always act, and tile_q acts only where sema_warn_idle_hints says so.
-#define HINTS_NO_EFFECT_YET ((1u << HINT_TILE_KV) | (1u << HINT_TILE_M) | (1u << HINT_TILE_N) | \
-                             (1u << HINT_TILE_K) | (1u << HINT_STAGES))
+// The hints codegen does not read yet on the matmul ops (linear, mlp, dot_interact): checked
+// and kept in the IR, but they change no generated code, so each draws a warning. On gdpa and
+// pma every hint acts or is refused (sema_check_attention_schedule); gelu always acts.
+#define HINTS_NO_EFFECT_YET ((1u << HINT_TILE_M) | (1u << HINT_TILE_N) | (1u << HINT_TILE_K) | \
+                             (1u << HINT_STAGES))
 
 typedef struct OpSpec OpSpec;
 typedef struct Call Call;
@@ -233,11 +234,16 @@ DType sema_value_dtype(DType p);
 // Applies the annotations around a call (outermost first in `annots`) to `c`: precision
 // overrides and @schedule hints, each checked against the op. Sets c->prec and c->sched.
 void sema_apply_annotations(Sema *S, Call *c, const Expr *const *annots, int nannots);
+// The hint's name as written in @schedule ("tile_q").
+const char *sema_hint_name(Hint h);
+// The hint of *left (HINT_* bits, not empty) given first in c's source; clears its bit.
+Hint sema_next_hint(const Call *c, unsigned *left);
 // Checks the 'gelu' hint against the op's activation, once the op knows it.
 void sema_check_gelu_hint(Sema *S, const Call *c, Act act);
-// Warns, in source order, about each hint of the call that has no effect on the generated
-// code yet: "@schedule(stages) has no effect on this op yet". `dh` is an attention op's
-// d / heads, which decides whether its tile_q acts; 0 for other ops. A hint that drew an
+// Once the op is lowered: on a matmul op, warns in source order about each hint that has no
+// effect on the generated code yet ("@schedule(stages) has no effect on this op yet"); on an
+// attention op (gdpa, pma), whose `dh` is d / heads (0 for other ops), checks every hint
+// against the kernel that will run it (sema_check_attention_schedule). A hint that drew an
 // error draws no warning.
 void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh);
 // The precision of an op with no annotation: the model default, or bf16 for an op without a
@@ -245,5 +251,12 @@ void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh);
 DType sema_default_precision(const Sema *S, bool has_matmul);
 // The note about emulated mxfp8 on sm_90a, once per model.
 void sema_note_mxfp8(Sema *S, Loc loc);
+
+// --- sema_schedule_attention.c ----------------------------------------------------------
+
+// Works out which forward kernel runs attention call c (d / heads = dh) on the target, from
+// its precision, shape and the tile_q / tile_m hints, and refuses each hint value that kernel
+// does not take, listing the ones it does (docs/schedules.md).
+void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh);
 
 #endif

@@ -2,7 +2,8 @@
 // model default and its @P override, checks it is legal on the op (fp8 and mxfp8 need a
 // matmul) and on the target (mxfp8 is emulated on sm_90a, with one note per model), and
 // reads @schedule hints, checking each against the op it follows and warning about those that
-// codegen does not act on yet.
+// codegen does not act on yet (matmul ops; attention ops check theirs against their kernel in
+// sema_schedule_attention.c).
 #include <inttypes.h>
 #include <string.h>
 
@@ -38,16 +39,20 @@ void sema_note_mxfp8(Sema *S, Loc loc) {
 
 // --- @schedule --------------------------------------------------------------------------
 
-static const char *const hint_names[HINT_COUNT] = {"tile_q", "tile_kv", "tile_m", "tile_n",
-                                                   "tile_k", "stages", "zigzag", "gelu"};
+static const char *const hint_names[HINT_COUNT] = {
+    "tile_q", "tile_kv", "tile_m", "tile_n", "tile_k", "stages", "zigzag", "gelu",
+    "deterministic"};
+
+const char *sema_hint_name(Hint h) { return hint_names[h]; }
 
 // Which ops take each hint, for "does not apply" messages.
 static const char *hint_ops(Hint h) {
   switch (h) {
   case HINT_TILE_Q:
   case HINT_TILE_KV:
-  case HINT_ZIGZAG: return "gdpa and pma";
-  case HINT_TILE_M:
+  case HINT_ZIGZAG:
+  case HINT_DETERMINISTIC: return "gdpa and pma";
+  case HINT_TILE_M: return "linear, mlp, dot_interact, gdpa and pma";
   case HINT_TILE_N:
   case HINT_TILE_K: return "linear, mlp and dot_interact";
   case HINT_STAGES: return "linear, mlp, dot_interact, gdpa and pma";
@@ -57,22 +62,38 @@ static const char *hint_ops(Hint h) {
   return "?";
 }
 
+// deterministic = false is refused, with why (docs/schedules.md).
+static void refuse_nondeterministic(Sema *S, const Expr *v) {
+  diag_error(S->d, v->loc, "schedule hint 'deterministic' takes only true, found false: gemc "
+             "offers no atomic dQ");
+  diag_note(S->d, v->loc, "every attention backward kernel gives each element of dQ, dK and dV "
+            "one writer and adds in a fixed order, so gradients are the same bits on every run; "
+            "an atomic dQ would add the key tiles' parts in the order their blocks finish");
+}
+
 // Reads one hint's value into c->sched; false after reporting.
 static bool read_hint(Sema *S, Call *c, Hint h, const Expr *v) {
   const char *name = hint_names[h];
-  if (h == HINT_ZIGZAG || h == HINT_GELU) {
-    const char *a = h == HINT_ZIGZAG ? "on" : "taylor";
-    const char *b = h == HINT_ZIGZAG ? "off" : "exact";
+  if (h == HINT_ZIGZAG || h == HINT_GELU || h == HINT_DETERMINISTIC) {
+    // The two names each takes, a (1 in c->sched) and b (2); messages list the default first.
+    const char *a = h == HINT_ZIGZAG ? "on" : h == HINT_GELU ? "taylor" : "true";
+    const char *b = h == HINT_ZIGZAG ? "off" : h == HINT_GELU ? "exact" : "false";
+    bool a_first = h != HINT_GELU;
     int which = 0;
     if (v->kind == EXPR_NAME && strcmp(v->name, a) == 0) which = 1;
     if (v->kind == EXPR_NAME && strcmp(v->name, b) == 0) which = 2;
     if (!which) {
       diag_error(S->d, v->loc, "schedule hint '%s' expects %s or %s, found %s", name,
-                 h == HINT_ZIGZAG ? a : b, h == HINT_ZIGZAG ? b : a, sema_describe(S, v));
+                 a_first ? a : b, a_first ? b : a, sema_describe(S, v));
       return false;
     }
     if (h == HINT_ZIGZAG) c->sched.zigzag = which;
-    else c->sched.gelu_taylor = which;
+    else if (h == HINT_GELU) c->sched.gelu_taylor = which;
+    else if (which == 2) {
+      refuse_nondeterministic(S, v);
+      return false;
+    }
+    // deterministic = true is what every kernel gemc emits does already: checked, not stored.
     return true;
   }
   int64_t n;
@@ -139,43 +160,30 @@ void sema_check_gelu_hint(Sema *S, const Call *c, Act act) {
              "is gelu; %s has act = %s", c->spec->name, act_name(act));
 }
 
-// The reason codegen ignores the tile_q hint of an attention op with d / heads = dh, or NULL when it
-// acts. codegen/attention/emit_attention.c reads it for the forward kernel's shape only: 64 or
-// 128 query rows, on the bf16 tensor-core kernel. fp32 and fp16 run the SIMT kernels, fp8 and
-// mxfp8 the quantized one, each with fixed 64-row tiles; so does bf16 when dh is not a
-// multiple of 16.
-static const char *tile_q_idle(Sema *S, const Call *c, int64_t dh) {
-  if (c->sched.tile_q != 64 && c->sched.tile_q != 128)
-    return sema_fmt(S, ": the attention kernel takes tile_q = 64 or 128, found %d",
-                    c->sched.tile_q);
-  if (c->prec != DT_BF16)
-    return sema_fmt(S, ": only the bf16 attention kernel takes it, and this %s runs at %s",
-                    c->spec->name, dtype_name(c->prec));
-  if (dh % 16 != 0)
-    return sema_fmt(S, ": the bf16 attention kernel takes it when d / heads is a multiple of "
-                    "16, found %" PRId64, dh);
-  return NULL;
+Hint sema_next_hint(const Call *c, unsigned *left) {
+  int h = -1;  // the first left in the source
+  for (int k = 0; k < HINT_COUNT; k++) {
+    if (!(*left & (1u << k))) continue;
+    const Loc *at = &c->hint_loc[k];
+    if (h < 0 || at->first_line < c->hint_loc[h].first_line ||
+        (at->first_line == c->hint_loc[h].first_line &&
+         at->first_column < c->hint_loc[h].first_column))
+      h = k;
+  }
+  *left &= ~(1u << h);
+  return (Hint)h;
 }
 
 void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh) {
-  unsigned left = c->hints_set & c->spec->hints;  // the hints read without an error
+  if (c->spec->sop == SOP_GDPA || c->spec->sop == SOP_PMA) {
+    sema_check_attention_schedule(S, c, dh);
+    return;
+  }
+  unsigned left = c->hints_set & c->spec->hints & HINTS_NO_EFFECT_YET;  // read without an error
   while (left) {
-    int h = -1;  // the first left in the source
-    for (int k = 0; k < HINT_COUNT; k++) {
-      if (!(left & (1u << k))) continue;
-      const Loc *at = &c->hint_loc[k];
-      if (h < 0 || at->first_line < c->hint_loc[h].first_line ||
-          (at->first_line == c->hint_loc[h].first_line &&
-           at->first_column < c->hint_loc[h].first_column))
-        h = k;
-    }
-    left &= ~(1u << h);
-    const char *reason = NULL;
-    if (HINTS_NO_EFFECT_YET & (1u << h)) reason = "";
-    else if (h == HINT_TILE_Q) reason = tile_q_idle(S, c, dh);
-    if (reason)
-      diag_warning(S->d, c->hint_loc[h], "@schedule(%s) has no effect on this op yet%s",
-                   hint_names[h], reason);
+    Hint h = sema_next_hint(c, &left);
+    diag_warning(S->d, c->hint_loc[h], "@schedule(%s) has no effect on this op yet",
+                 hint_names[h]);
   }
 }
 
@@ -227,6 +235,6 @@ void sema_apply_annotations(Sema *S, Call *c, const Expr *const *annots, int nan
   if (op->sop == SOP_BCE) c->prec = DT_F32;
   if (c->prec == DT_MXFP8) sema_note_mxfp8(S, c->prec_loc);
   c->value_dtype = sema_value_dtype(c->prec);
-  // Attention ops warn once they know d / heads (sema_attention.c).
-  if (!(op->hints & (1u << HINT_TILE_Q))) sema_warn_idle_hints(S, c, 0);
+  // Attention ops check their hints once they know d / heads (sema_attention.c).
+  if (op->sop != SOP_GDPA && op->sop != SOP_PMA) sema_warn_idle_hints(S, c, 0);
 }

@@ -1,7 +1,10 @@
 // test_attention_codegen.c: the attention emitter and the tile list builder, without a GPU.
-// The emitted CUDA of every shape, mask and activation compiles with NVRTC for sm_90a and
-// sm_100a (skipped when libnvrtc is not installed); launches and tile lists have the
-// documented form; tile lists hold only valid tiles, sorted by work and dealt zigzag.
+// The CUDA emitted for each target (sm_90a: the wgmma forward where it applies; sm_100a: the
+// mma.sync kernels) of every shape, mask and activation compiles with NVRTC for that target
+// (skipped when libnvrtc is not installed); launches and tile lists have the documented form
+// per target; each schedule hint value a kernel takes changes its kernel, and one it does not
+// take is refused (docs/schedules.md); tile lists hold only valid tiles, sorted by work and
+// dealt zigzag.
 #include <dlfcn.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -66,19 +69,77 @@ static int nvrtc_compile(void *lib, const char *src, const char *arch) {
   return r;
 }
 
+// --- a case emitted for one target -------------------------------------------------------
+
+// Case c's four nodes (the forward, then attention_bwd_q, _k and _v) emitted for `target` into
+// src and e, with the forward node's schedule replaced by *sched when sched is not NULL.
+// gdpa_case_emit builds the IR (and emits it for sm_90a, which is dropped); this lowers the
+// same IR again for the target, as plan_build would. False when emit_attention refuses a node
+// (src is then as it was).
+static bool emit_case(const GdpaCase *c, const char *target, const Schedule *sched,
+                      const char *prefix, Arena *arena, StrBuf *src, GdpaEmitted *e) {
+  StrBuf dropped = {0};
+  bool ok = gdpa_case_emit(c, prefix, arena, &dropped, e);
+  sb_free(&dropped);
+  if (!ok) return false;
+  Ir *ir = &e->ir;
+  assert_int_equal(ir->nodes[0].op, OP_ATTENTION);
+  if (sched) ir->nodes[0].sched = *sched;
+  Plan p = {.arena = arena, .ir = ir, .target = target};
+  Lower L;
+  lower_standalone_begin(&L, ir, &p, src);
+  LowerMark start = lower_mark(&L);
+  e->nforward = 0;
+  for (int i = 0; i < ir->nnodes && ok; i++) {
+    ok = emit_attention(&L, i);
+    if (i == 0) e->nforward = L.nlaunches;
+  }
+  ok = ok && L.nlaunches <= GDPA_MAX_LAUNCHES && L.ntiles <= 8;
+  e->nlaunches = e->ntiles = 0;
+  if (ok) {
+    memcpy(e->launches, L.launches, (size_t)L.nlaunches * sizeof *L.launches);
+    e->nlaunches = L.nlaunches;
+    memcpy(e->tiles, L.tiles, (size_t)L.ntiles * sizeof *L.tiles);
+    e->ntiles = L.ntiles;
+  } else {
+    lower_rollback(&L, start);
+  }
+  lower_standalone_end(&L, src);
+  return ok;
+}
+
 // Cases that together cover every shape, mask, activation, head dim, forward block shape and
 // storage type (the SIMT kernels: fp32, fp16, dh 24).
 static const int compiled_cases[] = {0,  7,  9,  10, 11, 14, 15, 16, 17, 18,
                                      19, 20, 21, 22, 23, 24, 25, 26, 27};
 
-static char *all_cases_source(void) {
+// Forward schedules beyond the compiler's choices, on case 0 (dh 64) and case 6 (dh 128): the
+// sm_90a kernel's other key tiles and stages, and the mma.sync kernel's 64 rows of 32 a warp.
+typedef struct ScheduledCase {
+  int c;
+  Schedule sched;
+} ScheduledCase;
+static const ScheduledCase scheduled_cases[] = {
+    {0, {.tile_kv = 64, .stages = 3}},  {0, {.tile_kv = 128, .stages = 2}},
+    {6, {.tile_kv = 64, .stages = 4}},  {0, {.tile_q = 64, .tile_m = 32}},
+    {6, {.tile_q = 128, .tile_m = 16, .tile_kv = 64, .stages = 2}},
+};
+
+static char *all_cases_source(const char *target) {
   StrBuf src = {0};
-  for (size_t i = 0; i < sizeof compiled_cases / sizeof compiled_cases[0]; i++) {
+  size_t ncases = sizeof compiled_cases / sizeof compiled_cases[0];
+  size_t nsched = sizeof scheduled_cases / sizeof scheduled_cases[0];
+  for (size_t i = 0; i < ncases + nsched; i++) {
     Arena arena = {0};
     GdpaEmitted *e = calloc(1, sizeof *e);
     char prefix[16];
-    snprintf(prefix, sizeof prefix, "c%d.", compiled_cases[i]);
-    assert_true(gdpa_case_emit(&gdpa_test_cases[compiled_cases[i]], prefix, &arena, &src, e));
+    int c = i < ncases ? compiled_cases[i] : scheduled_cases[i - ncases].c;
+    const Schedule *sched = i < ncases ? NULL : &scheduled_cases[i - ncases].sched;
+    snprintf(prefix, sizeof prefix, "%s%d.", i < ncases ? "c" : "s", (int)i);
+    bool sm90_only = sched && (sched->stages > 2 || sched->tile_kv == 128);
+    bool ok = emit_case(&gdpa_test_cases[c], target, sched, prefix, &arena, &src, e);
+    if (sm90_only && strcmp(target, "sm_90a") != 0) assert_false(ok);  // mma.sync: 64 keys, 2
+    else assert_true(ok);
     free(e);
     arena_free(&arena);
   }
@@ -88,7 +149,10 @@ static char *all_cases_source(void) {
 static void compiles_for(const char *arch) {
   void *lib = open_nvrtc();
   if (!lib) skip();
-  char *src = all_cases_source();
+  char *src = all_cases_source(arch);
+  // Each target gets its own kernels: wgmma only where it exists.
+  if (strcmp(arch, "sm_90a") == 0) assert_non_null(strstr(src, "  attn_forward_sm90<"));
+  else assert_null(strstr(src, "wgmma"));
   assert_int_equal(nvrtc_compile(lib, src, arch), 0);
   free(src);
 }
@@ -105,35 +169,82 @@ static void test_attention_codegen_compiles_sm100a(void **state) {
 
 // --- the emitted launches -----------------------------------------------------------------
 
-static void test_attention_codegen_self_softmax_launches(void **state) {
-  (void)state;
-  Arena arena = {0};
-  StrBuf src = {0};
-  GdpaEmitted *e = calloc(1, sizeof *e);
-  assert_true(gdpa_case_emit(&gdpa_test_cases[0], "m.", &arena, &src, e));
-  // forward; bwd_q: statistics + dQ; bwd_k: dK and dV together; bwd_v: nothing
+// What case 0 (self softmax, dh 64) gets on every target: forward; bwd_q: statistics + dQ;
+// bwd_k: dK and dV together; bwd_v: nothing; one statistics workspace for the launches that
+// share it.
+static void check_self_softmax_backward(const GdpaEmitted *e, const StrBuf *src) {
   assert_int_equal(e->nforward, 1);
   assert_int_equal(e->nlaunches, 4);
-  assert_int_equal(e->ntiles, 3);
-  const Launch *f = &e->launches[0];
-  assert_int_equal(f->grid, GRID_TILES);
-  assert_string_equal(f->kernel, "m_attn_fwd");
-  assert_int_equal(f->args[0].kind, ARG_TENSOR);
-  assert_int_equal(f->args[0].tensor, e->out);
-  assert_int_equal(f->args[f->nargs - 1].kind, ARG_TILES);
-  assert_int_equal(e->tiles[0].tile_q, 128);
+  assert_string_equal(e->launches[0].kernel, "m_attn_fwd");
+  assert_int_equal(e->launches[0].args[0].kind, ARG_TENSOR);
+  assert_int_equal(e->launches[0].args[0].tensor, e->out);
   assert_string_equal(e->launches[1].kernel, "m_attn_bwd_stats");
   assert_string_equal(e->launches[2].kernel, "m_attn_bwd_q");
   assert_string_equal(e->launches[3].kernel, "m_attn_bwd_kv");
-  // the statistics workspace is one (tensor, slot) for the launches that share it
   const LaunchArg *ws_stats = &e->launches[1].args[0];
   const LaunchArg *ws_kv = &e->launches[3].args[e->launches[3].nargs - 1];
   assert_int_equal(ws_stats->kind, ARG_WORKSPACE);
   assert_int_equal(ws_kv->kind, ARG_WORKSPACE);
   assert_int_equal(ws_stats->tensor, ws_kv->tensor);
   assert_int_equal(ws_stats->slot, ws_kv->slot);
-  assert_non_null(strstr(src.data, "// gdpa_case.gem:1:1 gdpa self softmax (fwd)"));
+  assert_non_null(strstr(src->data, "// gdpa_case.gem:1:1 gdpa self softmax (fwd)"));
+}
+
+// sm_100a: the mma.sync forward, one block per tile of 128 query rows (GRID_TILES).
+static void test_attention_codegen_self_softmax_launches_sm100a(void **state) {
+  (void)state;
+  Arena arena = {0};
+  StrBuf src = {0};
+  GdpaEmitted *e = calloc(1, sizeof *e);
+  assert_true(emit_case(&gdpa_test_cases[0], "sm_100a", NULL, "m.", &arena, &src, e));
+  check_self_softmax_backward(e, &src);
+  assert_int_equal(e->ntiles, 3);
+  const Launch *f = &e->launches[0];
+  assert_int_equal(f->grid, GRID_TILES);
+  assert_int_equal(f->args[f->nargs - 1].kind, ARG_TILES);
+  assert_int_equal(e->tiles[f->tiles].tile_q, 128);
+  assert_false(e->tiles[f->tiles].persistent);
   assert_non_null(strstr(src.data, "extern \"C\" __global__ void __launch_bounds__(128)"));
+  assert_non_null(strstr(src.data, "  attn_forward<64, ATTN_ACT_SOFTMAX, 4, 2>("));
+  assert_null(strstr(src.data, "attn_forward_sm90"));
+  sb_free(&src);
+  arena_free(&arena);
+  free(e);
+}
+
+// sm_90a: the persistent wgmma forward (GRID_PERSISTENT, 384 threads, one CTA per SM) over TMA
+// tensor maps of q, k and v, its tile list dealt for the grid and counted per batch; by default
+// 128 keys a tile and 4 stages at dh 64. The backward's dQ and dK/dV kernels are persistent too.
+static void test_attention_codegen_self_softmax_launches_sm90a(void **state) {
+  (void)state;
+  Arena arena = {0};
+  StrBuf src = {0};
+  GdpaEmitted *e = calloc(1, sizeof *e);
+  assert_true(emit_case(&gdpa_test_cases[0], "sm_90a", NULL, "m.", &arena, &src, e));
+  check_self_softmax_backward(e, &src);
+  assert_int_equal(e->ntiles, 4);  // forward, statistics, dQ, dK/dV
+  const Launch *f = &e->launches[0];
+  assert_int_equal(f->grid, GRID_PERSISTENT);
+  assert_int_equal(f->threads, 384);
+  const int maps[3] = {e->q, e->k, e->v};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(f->args[1 + i].kind, ARG_TENSOR_MAP);
+    assert_int_equal(f->args[1 + i].tensor, maps[i]);
+  }
+  assert_int_equal(f->args[1].i, 128);  // a Q box: the 128 query rows of a work item
+  assert_int_equal(f->args[2].i, 128);  // K and V boxes: the key tile
+  assert_int_equal(f->args[f->nargs - 2].kind, ARG_TILES);
+  assert_int_equal(f->args[f->nargs - 1].kind, ARG_TILE_COUNT);
+  assert_int_equal(f->args[f->nargs - 1].tiles, f->tiles);
+  const TileList *t = &e->tiles[f->tiles];
+  assert_true(t->persistent);
+  assert_int_equal(t->tile_q, 128);
+  assert_int_equal(t->tile_kv, 128);
+  assert_true(f->smem <= 227 * 1024);
+  assert_int_equal(e->launches[2].grid, GRID_PERSISTENT);
+  assert_int_equal(e->launches[3].grid, GRID_PERSISTENT);
+  assert_non_null(strstr(src.data, "extern \"C\" __global__ void __launch_bounds__(384, 1)"));
+  assert_non_null(strstr(src.data, "  attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 128, 4, false>("));
   sb_free(&src);
   arena_free(&arena);
   free(e);
@@ -174,6 +285,207 @@ static void test_attention_codegen_refuses_unsupported_head_dim(void **state) {
   sb_free(&src);
   arena_free(&arena);
   free(e);
+}
+
+// --- schedule hints -----------------------------------------------------------------------
+
+// Case c emitted for target with forward schedule sched: false when refused; else the forward
+// kernel's call, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 64, 3, false>" (the first
+// "  attn_forward" after the "(fwd)" comment, up to its '('), into call, and the forward
+// launch's dynamic shared memory and tile list into *smem and *tiles when not NULL.
+static bool scheduled_forward(int c, const char *target, Schedule sched, char call[128],
+                              int *smem, TileList *tiles) {
+  Arena arena = {0};
+  StrBuf src = {0};
+  GdpaEmitted *e = calloc(1, sizeof *e);
+  bool ok = emit_case(&gdpa_test_cases[c], target, &sched, "s.", &arena, &src, e);
+  if (ok) {
+    const char *fwd = strstr(src.data, "(fwd)");
+    assert_non_null(fwd);
+    const char *at = strstr(fwd, "  attn_forward");
+    assert_non_null(at);
+    size_t n = strcspn(at + 2, "(");
+    assert_true(n < 128);
+    memcpy(call, at + 2, n);
+    call[n] = 0;
+    const Launch *f = &e->launches[0];
+    if (smem) *smem = f->smem;
+    if (tiles) *tiles = e->tiles[f->tiles];
+  } else {
+    assert_true(src.len == 0);  // nothing written
+  }
+  sb_free(&src);
+  arena_free(&arena);
+  free(e);
+  return ok;
+}
+
+typedef struct ScheduledCall {
+  Schedule sched;
+  const char *call;
+} ScheduledCall;
+
+static void check_calls(int c, const char *target, const ScheduledCall *want, int n) {
+  for (int i = 0; i < n; i++) {
+    char call[128];
+    if (!scheduled_forward(c, target, want[i].sched, call, NULL, NULL))
+      fail_msg("case %d on %s: schedule %d refused", c, target, i);
+    if (strcmp(call, want[i].call) != 0)
+      fail_msg("case %d on %s: schedule %d gives %s, expected %s", c, target, i, call,
+               want[i].call);
+  }
+}
+
+// sm_90a: tile_kv and stages reach the wgmma kernel's template (and its shared memory and key
+// tile); tile_q = 128 is its own shape; tile_q = 64 or a tile_m selects the mma.sync kernel.
+static void test_attention_codegen_sm90_schedule_changes_kernel(void **state) {
+  (void)state;
+  const ScheduledCall dh64[] = {  // case 0: self softmax, dh 64
+      {{0}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 128, 4, false>"},
+      {{.tile_q = 128}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 128, 4, false>"},
+      {{.tile_kv = 64}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 64, 4, false>"},
+      {{.stages = 2}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 128, 2, false>"},
+      {{.stages = 3}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 128, 3, false>"},
+      {{.tile_kv = 64, .stages = 3}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 64, 3, false>"},
+      {{.zigzag = 2, .tile_kv = 64, .stages = 2},
+       "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 64, 2, false>"},
+      {{.tile_q = 64}, "attn_forward<64, ATTN_ACT_SOFTMAX, 2, 2>"},
+      {{.tile_q = 64, .tile_m = 16}, "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 1>"},
+      {{.tile_m = 16}, "attn_forward<64, ATTN_ACT_SOFTMAX, 8, 1>"},
+      {{.tile_q = 128, .tile_m = 32, .tile_kv = 64, .stages = 2},
+       "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 2>"},
+  };
+  check_calls(0, "sm_90a", dh64, (int)(sizeof dh64 / sizeof *dh64));
+  const ScheduledCall dh128[] = {  // case 6: self softmax causal, dh 128
+      {{0}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 128, 2, false>"},
+      {{.tile_kv = 64}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 64, 4, false>"},
+      {{.tile_kv = 64, .stages = 2}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 64, 2, false>"},
+  };
+  check_calls(6, "sm_90a", dh128, (int)(sizeof dh128 / sizeof *dh128));
+  const ScheduledCall fp16[] = {  // case 28: fp16 storage, dh 64: no mma.sync kernel, SIMT
+      {{0}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 128, 4, true>"},
+      {{.tile_kv = 64, .stages = 2}, "attn_forward_sm90<64, ATTN_ACT_SOFTMAX, 64, 2, true>"},
+      {{.tile_q = 64}, "attn_forward_simt<64, ATTN_ACT_SOFTMAX>"},
+  };
+  check_calls(28, "sm_90a", fp16, (int)(sizeof fp16 / sizeof *fp16));
+  // The launch follows the template: shared memory grows with the stages, the tile list's key
+  // tile is tile_kv.
+  char call[128];
+  int smem2, smem3;
+  TileList t;
+  assert_true(scheduled_forward(0, "sm_90a", (Schedule){.tile_kv = 64, .stages = 2}, call,
+                                &smem2, &t));
+  assert_int_equal(t.tile_kv, 64);
+  assert_true(t.persistent);
+  assert_true(scheduled_forward(0, "sm_90a", (Schedule){.tile_kv = 64, .stages = 3}, call,
+                                &smem3, NULL));
+  assert_int_equal(smem3 - smem2, 2 * 64 * 64 * 2 + 8 * 4);  // one K and one V tile, 4 barriers
+}
+
+// The sm_90a kernel takes a stage count only where its shared memory fits in 227 KB: at dh 128
+// with 128 keys a tile only 2 stages do; everything else fits 2, 3 and 4.
+static void test_attention_codegen_sm90_stages_fit_shared_memory(void **state) {
+  (void)state;
+  const struct {
+    int c, tile_kv;
+    bool fits[3];  // stages 2, 3, 4
+  } want[] = {{0, 64, {true, true, true}},
+              {0, 128, {true, true, true}},
+              {6, 64, {true, true, true}},
+              {6, 128, {true, false, false}}};
+  for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+    for (int stages = 2; stages <= 4; stages++) {
+      char call[128];
+      int smem = 0;
+      Schedule sched = {.tile_kv = want[i].tile_kv, .stages = stages};
+      bool ok = scheduled_forward(want[i].c, "sm_90a", sched, call, &smem, NULL);
+      assert_int_equal(ok, want[i].fits[stages - 2]);
+      if (ok) {
+        assert_true(smem <= 227 * 1024);
+        char expect[128];
+        snprintf(expect, sizeof expect, "attn_forward_sm90<%d, ATTN_ACT_SOFTMAX, %d, %d, false>",
+                 want[i].c == 0 ? 64 : 128, want[i].tile_kv, stages);
+        assert_string_equal(call, expect);
+      }
+    }
+  }
+}
+
+// sm_100a runs the mma.sync kernels: tile_q (64, 128) and tile_m (16, 32) shape the block, and
+// tile_kv = 64, stages = 2 are what it does (the same kernel as without them).
+static void test_attention_codegen_mma_schedule_changes_kernel(void **state) {
+  (void)state;
+  const ScheduledCall jagged[] = {  // case 0: jagged q, by default 128 rows of 32 a warp
+      {{0}, "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 2>"},
+      {{.tile_q = 64}, "attn_forward<64, ATTN_ACT_SOFTMAX, 2, 2>"},
+      {{.tile_m = 16}, "attn_forward<64, ATTN_ACT_SOFTMAX, 8, 1>"},
+      {{.tile_q = 64, .tile_m = 16}, "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 1>"},
+      {{.tile_q = 128, .tile_m = 32}, "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 2>"},
+      {{.tile_kv = 64, .stages = 2}, "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 2>"},
+  };
+  check_calls(0, "sm_100a", jagged, (int)(sizeof jagged / sizeof *jagged));
+  const ScheduledCall dense[] = {  // case 18: pffn, dense q: by default 64 rows of 16 a warp
+      {{0}, "attn_forward<64, ATTN_ACT_RELU, 4, 1>"},
+      {{.tile_q = 128}, "attn_forward<64, ATTN_ACT_RELU, 8, 1>"},
+      {{.tile_m = 32}, "attn_forward<64, ATTN_ACT_RELU, 2, 2>"},
+  };
+  check_calls(18, "sm_100a", dense, (int)(sizeof dense / sizeof *dense));
+  const ScheduledCall simt[] = {  // case 23: fp32 storage, the SIMT kernel's fixed 64 x 64
+      {{0}, "attn_forward_simt<16, ATTN_ACT_SILU>"},
+      {{.tile_q = 64, .tile_kv = 64, .stages = 1}, "attn_forward_simt<16, ATTN_ACT_SILU>"},
+  };
+  check_calls(23, "sm_100a", simt, (int)(sizeof simt / sizeof *simt));
+}
+
+// A value the chosen kernel cannot take is refused (sema says why, with the values it takes;
+// codegen is the backstop for an IR that skipped it), never silently replaced.
+static void test_attention_codegen_refuses_schedule_it_cannot_take(void **state) {
+  (void)state;
+  const struct {
+    int c;
+    const char *target;
+    Schedule sched;
+  } refused[] = {
+      {0, "sm_90a", {.tile_kv = 32}},
+      {0, "sm_90a", {.tile_kv = 256}},
+      {0, "sm_90a", {.stages = 1}},
+      {0, "sm_90a", {.stages = 5}},
+      {6, "sm_90a", {.stages = 3}},                // 128 keys: 3 stages are over 227 KB
+      {0, "sm_90a", {.tile_q = 64, .tile_kv = 128}},  // mma.sync: 64 keys
+      {0, "sm_90a", {.tile_m = 16, .stages = 3}},     // mma.sync: double buffered
+      {0, "sm_90a", {.tile_q = 256}},
+      {0, "sm_100a", {.tile_kv = 128}},
+      {0, "sm_100a", {.stages = 3}},
+      {0, "sm_100a", {.tile_q = 32}},
+      {0, "sm_100a", {.tile_m = 64}},
+      {23, "sm_100a", {.tile_q = 128}},  // SIMT: 64 rows
+      {23, "sm_100a", {.tile_m = 16}},
+      {23, "sm_100a", {.stages = 2}},
+      {28, "sm_90a", {.tile_q = 64, .tile_kv = 128}},  // fp16 off the sm_90a kernel: SIMT
+  };
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    char call[128];
+    if (scheduled_forward(refused[i].c, refused[i].target, refused[i].sched, call, NULL, NULL))
+      fail_msg("refused[%zu] was emitted as %s", i, call);
+  }
+}
+
+// zigzag = off keeps the forward's tiles in sorted order without a deal (TileList.zigzag: the
+// runtime's gpu_tiles_build then gets no SM count); on, or unset, deals them.
+static void test_attention_codegen_zigzag_reaches_tile_list(void **state) {
+  (void)state;
+  const char *targets[] = {"sm_90a", "sm_100a"};
+  for (int t = 0; t < 2; t++) {
+    char call[128];
+    TileList tiles;
+    assert_true(scheduled_forward(0, targets[t], (Schedule){0}, call, NULL, &tiles));
+    assert_true(tiles.zigzag);
+    assert_true(scheduled_forward(0, targets[t], (Schedule){.zigzag = 1}, call, NULL, &tiles));
+    assert_true(tiles.zigzag);
+    assert_true(scheduled_forward(0, targets[t], (Schedule){.zigzag = 2}, call, NULL, &tiles));
+    assert_false(tiles.zigzag);
+    assert_int_equal(tiles.persistent, t == 0);
+  }
 }
 
 // --- the generated source's lines -------------------------------------------------------
@@ -232,9 +544,12 @@ static void test_generated_lines_are_short(void **state) {
     globfree(&g);
   }
   assert_true(models >= 2 * 6);
-  char *src = all_cases_source();
-  lines_are_short("the GDPA cases", src);
-  free(src);
+  const char *targets[] = {"sm_90a", "sm_100a"};
+  for (int t = 0; t < 2; t++) {
+    char *src = all_cases_source(targets[t]);
+    lines_are_short("the GDPA cases", src);
+    free(src);
+  }
 }
 
 // --- tile lists ---------------------------------------------------------------------------
@@ -295,9 +610,15 @@ static void test_gpu_tiles_work_follows_the_mask(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_attention_codegen_self_softmax_launches),
+      cmocka_unit_test(test_attention_codegen_self_softmax_launches_sm90a),
+      cmocka_unit_test(test_attention_codegen_self_softmax_launches_sm100a),
       cmocka_unit_test(test_attention_codegen_pma_sums_dq_over_examples),
       cmocka_unit_test(test_attention_codegen_refuses_unsupported_head_dim),
+      cmocka_unit_test(test_attention_codegen_sm90_schedule_changes_kernel),
+      cmocka_unit_test(test_attention_codegen_sm90_stages_fit_shared_memory),
+      cmocka_unit_test(test_attention_codegen_mma_schedule_changes_kernel),
+      cmocka_unit_test(test_attention_codegen_refuses_schedule_it_cannot_take),
+      cmocka_unit_test(test_attention_codegen_zigzag_reaches_tile_list),
       cmocka_unit_test(test_generated_lines_are_short),
       cmocka_unit_test(test_gpu_tiles_only_valid_tiles),
       cmocka_unit_test(test_gpu_tiles_sorted_by_work_then_zigzag),
