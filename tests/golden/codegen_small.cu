@@ -7,7 +7,8 @@
 // standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* , warp_sum, block_sum, e4m3_round
+// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
+//          e4m3_round
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
 
@@ -78,9 +79,30 @@ __device__ __forceinline__ double act_relu(double x) { return x > 0 ? x : 0.0; }
 __device__ __forceinline__ double act_gelu(double x) {
   return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
 }
+// gelu_taylor (docs/activations.md): x/2 + t (a1 + a2 t + ... + a8 t^7), t = x^2, for |x| < 4.125;
+// x above and 0 below. fp32 coefficients, the same as runtime/cpu/numerics.c's; the fp32
+// attention kernels (attention.cuh) use these macros too. |error| <= 8.6e-5 over every input.
+#define GELU_TAYLOR_CLAMP 4.125f
+#define GELU_TAYLOR_A1 3.984107077e-01f
+#define GELU_TAYLOR_A2 -6.544434279e-02f
+#define GELU_TAYLOR_A3 9.256702848e-03f
+#define GELU_TAYLOR_A4 -9.412298677e-04f
+#define GELU_TAYLOR_A5 6.577874592e-05f
+#define GELU_TAYLOR_A6 -2.967661203e-06f
+#define GELU_TAYLOR_A7 7.716877803e-08f
+#define GELU_TAYLOR_A8 -8.735044355e-10f
 __device__ __forceinline__ double act_gelu_taylor(double x) {
-  double x2 = x * x;
-  return 0.5 * x + 0.39894228040143267794 * x2 * (1.0 - x2 / 6.0 + x2 * x2 / 40.0);
+  if (x >= GELU_TAYLOR_CLAMP) return x;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  double t = x * x, p = GELU_TAYLOR_A8;
+  p = p * t + GELU_TAYLOR_A7;
+  p = p * t + GELU_TAYLOR_A6;
+  p = p * t + GELU_TAYLOR_A5;
+  p = p * t + GELU_TAYLOR_A4;
+  p = p * t + GELU_TAYLOR_A3;
+  p = p * t + GELU_TAYLOR_A2;
+  p = p * t + GELU_TAYLOR_A1;
+  return 0.5 * x + t * p;
 }
 __device__ __forceinline__ double act_none(double x) { return x; }
 
@@ -97,9 +119,18 @@ __device__ __forceinline__ double act_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) +
          x * 0.39894228040143267794 * exp(-0.5 * x * x);
 }
-__device__ __forceinline__ double act_gelu_taylor_grad(double x) {
-  double x2 = x * x;
-  return 0.5 + 0.39894228040143267794 * x * (2.0 - 4.0 * x2 / 6.0 + 6.0 * x2 * x2 / 40.0);
+__device__ __forceinline__ double act_gelu_taylor_grad(double x) {  // of exactly the above
+  if (x >= GELU_TAYLOR_CLAMP) return 1.0;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  double t = x * x, p = 8.0 * GELU_TAYLOR_A8;
+  p = p * t + 7.0 * GELU_TAYLOR_A7;
+  p = p * t + 6.0 * GELU_TAYLOR_A6;
+  p = p * t + 5.0 * GELU_TAYLOR_A5;
+  p = p * t + 4.0 * GELU_TAYLOR_A4;
+  p = p * t + 3.0 * GELU_TAYLOR_A3;
+  p = p * t + 2.0 * GELU_TAYLOR_A2;
+  p = p * t + GELU_TAYLOR_A1;
+  return 0.5 + 2.0 * x * p;
 }
 __device__ __forceinline__ double act_none_grad(double x) { return 1.0; }
 
@@ -157,7 +188,7 @@ embed_pool_h(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, acc);
 }
-#line 161 "model.cu"
+#line 192 "model.cu"
 
 // codegen_small.gem:17:7 embed sparse (fwd)
 //     a = embed(items, ad);
@@ -173,7 +204,7 @@ embed_a(bf16_t *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_bf16(out, i, load_bf16(table, ids[row] * DIM + col));
 }
-#line 177 "model.cu"
+#line 208 "model.cu"
 
 // codegen_small.gem:18:7 embed_pool mean (fwd)
 //     t = embed(tagt, tags, pool = mean);
@@ -192,7 +223,7 @@ embed_pool_t(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 196 "model.cu"
+#line 227 "model.cu"
 
 // codegen_small.gem:19:7 linear x operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -204,7 +235,7 @@ cast_u_x_bf16(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, load_f32(x, i));
 }
-#line 208 "model.cu"
+#line 239 "model.cu"
 
 // codegen_small.gem:19:7 linear w operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -222,7 +253,7 @@ add_r_add0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) + load_bf16(b, i));
 }
-#line 226 "model.cu"
+#line 257 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm eps=1e-06, with the residual add at 20:7 fused in (fwd)
 //     n = rmsnorm(r);
@@ -249,7 +280,7 @@ add_rmsnorm_n(bf16_t *__restrict__ y,
   for (int j = lane; j < WIDTH; j += WARP_SIZE)
     store_bf16(y, row * WIDTH + j, (float)((double)load_bf16(sum, row * WIDTH + j) * inv_rms * load_f32(gain, j)));
 }
-#line 253 "model.cu"
+#line 284 "model.cu"
 
 // codegen_small.gem:22:12 mul then act silu, fused (fwd)
 //     g = silu(u * n);
@@ -266,7 +297,7 @@ mul_act_g(bf16_t *__restrict__ y,
   float stored = load_bf16(out, i);  // the act reads what its input holds
   store_bf16(y, i, (float)act_silu((double)stored));
 }
-#line 270 "model.cu"
+#line 301 "model.cu"
 
 // codegen_small.gem:23:17 sub bf16 (fwd)
 //     l = layernorm(a - g);
@@ -280,7 +311,7 @@ sub_l_sub0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) - load_bf16(b, i));
 }
-#line 284 "model.cu"
+#line 315 "model.cu"
 
 // codegen_small.gem:23:7 layernorm eps=1e-05 (fwd)
 //     l = layernorm(a - g);
@@ -304,7 +335,7 @@ layernorm_l(bf16_t *__restrict__ y,
     store_bf16(y, row * WIDTH + j,
         (float)(((double)load_bf16(x, row * WIDTH + j) - mean) * inv_std * load_f32(gain, j) + load_f32(bias, j)));
 }
-#line 308 "model.cu"
+#line 339 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact bf16 (fwd)
 //     i = dot_interact(a, t, l);
@@ -326,7 +357,7 @@ dot_interact_i(bf16_t *__restrict__ out,
   else if (pair == 2) for (int k = 0; k < DIM; k++) acc += load_bf16(x1, b * DIM + k) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 330 "model.cu"
+#line 361 "model.cu"
 
 // codegen_small.gem:25:11 concat bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -343,7 +374,7 @@ concat_y_concat0(bf16_t *__restrict__ out,
   if (col < 16) { store_bf16(out, i, load_bf16(x0, row * 16 + col - 0)); return; }
   else if (col < 19) { store_bf16(out, i, load_bf16(x1, row * 3 + col - 16)); return; }
 }
-#line 347 "model.cu"
+#line 378 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -359,7 +390,7 @@ act_gelu_y_mlp0_l0(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 363 "model.cu"
+#line 394 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -382,7 +413,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 386 "model.cu"
+#line 417 "model.cu"
 
 // codegen_small.gem:26:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -395,7 +426,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 399 "model.cu"
+#line 430 "model.cu"
 
 // codegen_small.gem:26:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -410,7 +441,7 @@ bce_bwd_y_grad(bf16_t *__restrict__ dz,
   double z = load_bf16(logit, i), y = load_f32(label, i);
   store_bf16(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 414 "model.cu"
+#line 445 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -440,7 +471,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 444 "model.cu"
+#line 475 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -455,7 +486,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 459 "model.cu"
+#line 490 "model.cu"
 
 // codegen_small.gem:25:7 linear_act_bwd w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -472,7 +503,7 @@ act_grad_gelu_y_mlp0_l0_pre_grad(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 476 "model.cu"
+#line 507 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -502,7 +533,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 506 "model.cu"
+#line 537 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -517,7 +548,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 521 "model.cu"
+#line 552 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -532,7 +563,7 @@ slice_l_grad_1(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 0 + col));
 }
-#line 536 "model.cu"
+#line 567 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -547,7 +578,7 @@ slice_i_grad(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 16 + col));
 }
-#line 551 "model.cu"
+#line 582 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 0 (bwd)
 //     i = dot_interact(a, t, l);
@@ -568,7 +599,7 @@ dot_interact_bwd_a_grad_2(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 1) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 572 "model.cu"
+#line 603 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 1 (bwd)
 //     i = dot_interact(a, t, l);
@@ -589,7 +620,7 @@ dot_interact_bwd_t_grad_1(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 593 "model.cu"
+#line 624 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 2 (bwd)
 //     i = dot_interact(a, t, l);
@@ -610,7 +641,7 @@ dot_interact_bwd_l_grad_0(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x1, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 614 "model.cu"
+#line 645 "model.cu"
 
 // codegen_small.gem:23:7 add bf16 (bwd)
 //     l = layernorm(a - g);
@@ -648,7 +679,7 @@ layernorm_bwd_x_l_sub0_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)((g - mean_g - xhat * mean_gx) / sigma));
   }
 }
-#line 652 "model.cu"
+#line 683 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain row statistics (bwd)
 //     l = layernorm(a - g);
@@ -668,7 +699,7 @@ layernorm_bwd_gain_stats_l_layernorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-05);
   if (lane == 0) { stats[2 * row] = mean; stats[2 * row + 1] = inv; }
 }
-#line 672 "model.cu"
+#line 703 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -697,7 +728,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 701 "model.cu"
+#line 732 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -712,7 +743,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 716 "model.cu"
+#line 747 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -738,7 +769,7 @@ reduce_rows_l_layernorm0_bias_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 742 "model.cu"
+#line 773 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -755,7 +786,7 @@ scale_g_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)(-1.0) * load_bf16(a, i));
 }
-#line 759 "model.cu"
+#line 790 "model.cu"
 
 // codegen_small.gem:22:7 act_bwd silu (bwd)
 //     g = silu(u * n);
@@ -769,7 +800,7 @@ act_bwd_silu_g_mul0_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_silu_grad((double)load_bf16(x, i))));
 }
-#line 773 "model.cu"
+#line 804 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -783,7 +814,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) * load_bf16(b, i));
 }
-#line 787 "model.cu"
+#line 818 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -815,7 +846,7 @@ rmsnorm_bwd_x_r_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)(load_f32(gain, j) * load_bf16(dy, i) / r - load_bf16(x, i) * dot / (WIDTH * r * r * r)));
   }
 }
-#line 819 "model.cu"
+#line 850 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain row statistics (bwd)
 //     n = rmsnorm(r);
@@ -833,7 +864,7 @@ rmsnorm_bwd_gain_stats_n_rmsnorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-06);
   if (lane == 0) { stats[2 * row] = 0.0; stats[2 * row + 1] = inv; }
 }
-#line 837 "model.cu"
+#line 868 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     n = rmsnorm(r);
@@ -876,7 +907,7 @@ embed_pool_bwd_t_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
 }
-#line 880 "model.cu"
+#line 911 "model.cu"
 
 // codegen_small.gem:17:7 add bf16 (bwd)
 //     a = embed(items, ad);
@@ -903,7 +934,7 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 907 "model.cu"
+#line 938 "model.cu"
 
 // --- table gradients: grouping ids by integer passes (kernels/table_grad.cuh) ---
 // table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics.
@@ -1048,7 +1079,7 @@ table_grad_gather_items(i64 *__restrict__ occ_ids,
   if (k < n1) { occ_ids[i] = ids1[k]; return; }
   k -= n1;
 }
-#line 1052 "model.cu"
+#line 1083 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1094,7 +1125,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1098 "model.cu"
+#line 1129 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup (bwd)
 //     table tagt  : rows 50;
@@ -1107,7 +1138,7 @@ table_grad_gather_tagt(i64 *__restrict__ occ_ids,
   if (k < n0) { occ_ids[i] = ids0[k]; return; }
   k -= n0;
 }
-#line 1111 "model.cu"
+#line 1142 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table tagt  : rows 50;
@@ -1149,7 +1180,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1153 "model.cu"
+#line 1184 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.w (optimizer)
 //     u = linear(c, 16);
@@ -1173,7 +1204,7 @@ adamw_u_linear0_w(float *__restrict__ w,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1177 "model.cu"
+#line 1208 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.b (optimizer)
 //     u = linear(c, 16);

@@ -7,7 +7,8 @@
 // standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* , warp_sum, block_sum, e4m3_round
+// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
+//          e4m3_round
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
 
@@ -78,9 +79,30 @@ __device__ __forceinline__ double act_relu(double x) { return x > 0 ? x : 0.0; }
 __device__ __forceinline__ double act_gelu(double x) {
   return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440));
 }
+// gelu_taylor (docs/activations.md): x/2 + t (a1 + a2 t + ... + a8 t^7), t = x^2, for |x| < 4.125;
+// x above and 0 below. fp32 coefficients, the same as runtime/cpu/numerics.c's; the fp32
+// attention kernels (attention.cuh) use these macros too. |error| <= 8.6e-5 over every input.
+#define GELU_TAYLOR_CLAMP 4.125f
+#define GELU_TAYLOR_A1 3.984107077e-01f
+#define GELU_TAYLOR_A2 -6.544434279e-02f
+#define GELU_TAYLOR_A3 9.256702848e-03f
+#define GELU_TAYLOR_A4 -9.412298677e-04f
+#define GELU_TAYLOR_A5 6.577874592e-05f
+#define GELU_TAYLOR_A6 -2.967661203e-06f
+#define GELU_TAYLOR_A7 7.716877803e-08f
+#define GELU_TAYLOR_A8 -8.735044355e-10f
 __device__ __forceinline__ double act_gelu_taylor(double x) {
-  double x2 = x * x;
-  return 0.5 * x + 0.39894228040143267794 * x2 * (1.0 - x2 / 6.0 + x2 * x2 / 40.0);
+  if (x >= GELU_TAYLOR_CLAMP) return x;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  double t = x * x, p = GELU_TAYLOR_A8;
+  p = p * t + GELU_TAYLOR_A7;
+  p = p * t + GELU_TAYLOR_A6;
+  p = p * t + GELU_TAYLOR_A5;
+  p = p * t + GELU_TAYLOR_A4;
+  p = p * t + GELU_TAYLOR_A3;
+  p = p * t + GELU_TAYLOR_A2;
+  p = p * t + GELU_TAYLOR_A1;
+  return 0.5 * x + t * p;
 }
 __device__ __forceinline__ double act_none(double x) { return x; }
 
@@ -97,9 +119,18 @@ __device__ __forceinline__ double act_gelu_grad(double x) {
   return 0.5 * (1.0 + erf(x * 0.70710678118654752440)) +
          x * 0.39894228040143267794 * exp(-0.5 * x * x);
 }
-__device__ __forceinline__ double act_gelu_taylor_grad(double x) {
-  double x2 = x * x;
-  return 0.5 + 0.39894228040143267794 * x * (2.0 - 4.0 * x2 / 6.0 + 6.0 * x2 * x2 / 40.0);
+__device__ __forceinline__ double act_gelu_taylor_grad(double x) {  // of exactly the above
+  if (x >= GELU_TAYLOR_CLAMP) return 1.0;
+  if (x <= -GELU_TAYLOR_CLAMP) return 0.0;
+  double t = x * x, p = 8.0 * GELU_TAYLOR_A8;
+  p = p * t + 7.0 * GELU_TAYLOR_A7;
+  p = p * t + 6.0 * GELU_TAYLOR_A6;
+  p = p * t + 5.0 * GELU_TAYLOR_A5;
+  p = p * t + 4.0 * GELU_TAYLOR_A4;
+  p = p * t + 3.0 * GELU_TAYLOR_A3;
+  p = p * t + 2.0 * GELU_TAYLOR_A2;
+  p = p * t + GELU_TAYLOR_A1;
+  return 0.5 + 2.0 * x * p;
 }
 __device__ __forceinline__ double act_none_grad(double x) { return 1.0; }
 
@@ -154,7 +185,7 @@ embed_a(float *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 158 "model.cu"
+#line 189 "model.cu"
 
 // codegen_variants.gem:17:7 embed sparse (fwd)
 //     g = embed(geos, geo);
@@ -173,7 +204,7 @@ amax_u_x_fp8(unsigned *__restrict__ amax_bits,
   v = warp_max(v);
   if (threadIdx.x % WARP_SIZE == 0 && v > 0.0f) atomicMax(amax_bits, __float_as_uint(v));
 }
-#line 177 "model.cu"
+#line 208 "model.cu"
 
 // codegen_variants.gem:18:7 linear x operand to fp8 (E4M3, one scale) (fwd)
 //     u = linear(c, 8) @fp8;
@@ -189,7 +220,7 @@ quantize_fp8_u_x_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_f32(x, i) / scale) * scale);
 }
-#line 193 "model.cu"
+#line 224 "model.cu"
 
 // codegen_variants.gem:18:7 linear w operand: amax for the fp8 scale (fwd)
 //     u = linear(c, 8) @fp8;
@@ -209,7 +240,7 @@ act_none_u(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_none((double)pre[i]));
 }
-#line 213 "model.cu"
+#line 244 "model.cu"
 
 // codegen_variants.gem:19:7 linear x operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -221,7 +252,7 @@ cast_v_x_fp16(fp16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_fp16(out, i, load_f32(x, i));
 }
-#line 225 "model.cu"
+#line 256 "model.cu"
 
 // codegen_variants.gem:19:7 linear w operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -242,7 +273,7 @@ sub_act_m_sigmoid0(float *__restrict__ y,
   float stored = load_f32(out, i);  // the act reads what its input holds
   store_f32(y, i, (float)act_sigmoid((double)stored));
 }
-#line 246 "model.cu"
+#line 277 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (fwd)
 //     m = sigmoid(a - g) * u;
@@ -256,7 +287,7 @@ mul_m(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) * load_bf16(b, i));
 }
-#line 260 "model.cu"
+#line 291 "model.cu"
 
 // codegen_variants.gem:21:15 stack fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -275,7 +306,7 @@ stack_s_stack0(float *__restrict__ out,
   else if (row % 3 == 1) store_f32(out, i, load_fp16(x1, (row / 3) * WIDTH + col));
   else if (row % 3 == 2) store_f32(out, i, load_f32(x2, (row / 3) * WIDTH + col));
 }
-#line 279 "model.cu"
+#line 310 "model.cu"
 
 // codegen_variants.gem:21:7 flatten fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -290,7 +321,7 @@ flatten_s(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 294 "model.cu"
+#line 325 "model.cu"
 
 // codegen_variants.gem:23:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -309,7 +340,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 313 "model.cu"
+#line 344 "model.cu"
 
 // codegen_variants.gem:23:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -322,7 +353,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 326 "model.cu"
+#line 357 "model.cu"
 
 // codegen_variants.gem:23:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -337,7 +368,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 341 "model.cu"
+#line 372 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -363,7 +394,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 367 "model.cu"
+#line 398 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -378,7 +409,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 382 "model.cu"
+#line 413 "model.cu"
 
 // codegen_variants.gem:22:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -391,7 +422,7 @@ act_grad_relu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_relu_grad((double)pre[i])));
 }
-#line 395 "model.cu"
+#line 426 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -417,7 +448,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 421 "model.cu"
+#line 452 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -432,7 +463,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 436 "model.cu"
+#line 467 "model.cu"
 
 // codegen_variants.gem:21:7 unflatten fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -447,7 +478,7 @@ unflatten_s_stack0_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 451 "model.cu"
+#line 482 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -462,7 +493,7 @@ unstack_m_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 0) * WIDTH + col));
 }
-#line 466 "model.cu"
+#line 497 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp16 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -477,7 +508,7 @@ unstack_v_grad(fp16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_fp16(out, i, load_f32(x, (row * 3 + 1) * WIDTH + col));
 }
-#line 481 "model.cu"
+#line 512 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -492,7 +523,7 @@ unstack_g_grad_1(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 2) * WIDTH + col));
 }
-#line 496 "model.cu"
+#line 527 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -510,7 +541,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_f32(a, i) * load_f32(b, i));
 }
-#line 514 "model.cu"
+#line 545 "model.cu"
 
 // codegen_variants.gem:20:7 act_bwd sigmoid (bwd)
 //     m = sigmoid(a - g) * u;
@@ -524,7 +555,7 @@ act_bwd_sigmoid_m_sub0_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)((double)load_f32(dy, i) * act_sigmoid_grad((double)load_f32(x, i))));
 }
-#line 528 "model.cu"
+#line 559 "model.cu"
 
 // codegen_variants.gem:20:15 scale fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -537,7 +568,7 @@ scale_g_grad_0(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)(-1.0) * load_f32(a, i));
 }
-#line 541 "model.cu"
+#line 572 "model.cu"
 
 // codegen_variants.gem:19:7 linear_bwd_x w operand fp32 to fp16 (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -571,7 +602,7 @@ reduce_rows_v_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 575 "model.cu"
+#line 606 "model.cu"
 
 // codegen_variants.gem:19:7 reduce_rows the column chunks added in order (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -586,7 +617,7 @@ reduce_rows_v_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 590 "model.cu"
+#line 621 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w x operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
@@ -609,7 +640,7 @@ amax_u_linear0_w_grad_dz_fp8(unsigned *__restrict__ amax_bits,
   v = warp_max(v);
   if (threadIdx.x % WARP_SIZE == 0 && v > 0.0f) atomicMax(amax_bits, __float_as_uint(v));
 }
-#line 613 "model.cu"
+#line 644 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand to fp8 (E4M3, one scale) (bwd)
 //     u = linear(c, 8) @fp8;
@@ -625,7 +656,7 @@ quantize_fp8_u_linear0_w_grad_dz_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_bf16(x, i) / scale) * scale);
 }
-#line 629 "model.cu"
+#line 660 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -651,7 +682,7 @@ reduce_rows_u_linear0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 655 "model.cu"
+#line 686 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows the column chunks added in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -669,7 +700,7 @@ add_g_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) + load_f32(b, i));
 }
-#line 673 "model.cu"
+#line 704 "model.cu"
 
 // codegen_variants.gem:16:7 add fp32 (bwd)
 //     a = embed(ads, ad);
@@ -814,7 +845,7 @@ table_grad_gather_ads(i64 *__restrict__ occ_ids,
   if (k < n0) { occ_ids[i] = ids0[k]; return; }
   k -= n0;
 }
-#line 818 "model.cu"
+#line 849 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id, then sgd on the row (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -850,7 +881,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 854 "model.cu"
+#line 885 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup (bwd)
 //     table geos : rows 5;
@@ -896,7 +927,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 900 "model.cu"
+#line 931 "model.cu"
 
 // codegen_variants.gem:18:7 sgd @u.linear0.w (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -908,7 +939,7 @@ sgd_u_linear0_w(float *__restrict__ w,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 912 "model.cu"
+#line 943 "model.cu"
 
 // codegen_variants.gem:18:7 sgd @u.linear0.b (optimizer)
 //     u = linear(c, 8) @fp8;
