@@ -13,7 +13,7 @@
 // 64 or 128) and per warp (tile_m: 16 or 32); keys stream through in ATTN_TILE_KV = 64 tiles,
 // double buffered, so tile_kv takes only 64 and stages only 2. By default, for jagged queries,
 // 4 warps of 32 rows: every K and V fragment read from shared memory then feeds two MMAs.
-// Short queries take 4 warps of 16. Sema refuses other values (sema_schedule_attention.c);
+// Short queries take 4 warps of 16, and at most 32 fixed rows 2 warps of 16. Sema refuses other values (sema_schedule_attention.c);
 // false here for one that gets past it.
 static bool forward_shape(const AttnNode *a, int *warps, int *mw) {
   const Schedule *s = &a->n->sched;
@@ -21,7 +21,10 @@ static bool forward_shape(const AttnNode *a, int *warps, int *mw) {
       (s->tile_m && s->tile_m != 16 && s->tile_m != 32) || (s->tile_kv && s->tile_kv != 64) ||
       (s->stages && s->stages != 2))
     return false;
-  int rows = s->tile_q ? s->tile_q : a->q_jag >= 0 ? 128 : 64;
+  // A fixed set of at most 32 query rows (PMA seeds, pFFN's few queries) takes 2 warps of 16:
+  // a 64-row block would leave half its MMAs on rows that do not exist.
+  bool few_rows = a->q_jag < 0 && a->q_fixed > 0 && a->q_fixed <= 32;
+  int rows = s->tile_q ? s->tile_q : a->q_jag >= 0 ? 128 : few_rows ? 32 : 64;
   int warp_rows = s->tile_m ? s->tile_m : a->q_jag >= 0 ? 32 : 16;
   *mw = warp_rows / 16;
   *warps = rows / warp_rows;

@@ -424,10 +424,12 @@ static void test_attention_codegen_mma_schedule_changes_kernel(void **state) {
       {{.tile_kv = 64, .stages = 2}, "attn_forward<64, ATTN_ACT_SOFTMAX, 4, 2>"},
   };
   check_calls(0, "sm_100a", jagged, (int)(sizeof jagged / sizeof *jagged));
-  const ScheduledCall dense[] = {  // case 18: pffn, dense q: by default 64 rows of 16 a warp
-      {{0}, "attn_forward<64, ATTN_ACT_RELU, 4, 1>"},
+  const ScheduledCall dense[] = {  // case 18: pffn, dense q (1 row an example): by default
+                                   // 32 rows of 16 a warp (at most 32 fixed rows)
+      {{0}, "attn_forward<64, ATTN_ACT_RELU, 2, 1>"},
+      {{.tile_q = 64}, "attn_forward<64, ATTN_ACT_RELU, 4, 1>"},
       {{.tile_q = 128}, "attn_forward<64, ATTN_ACT_RELU, 8, 1>"},
-      {{.tile_m = 32}, "attn_forward<64, ATTN_ACT_RELU, 2, 2>"},
+      {{.tile_m = 32}, "attn_forward<64, ATTN_ACT_RELU, 1, 2>"},
   };
   check_calls(18, "sm_100a", dense, (int)(sizeof dense / sizeof *dense));
   const ScheduledCall simt[] = {  // case 23: fp32 storage, the SIMT kernel's fixed 64 x 64
