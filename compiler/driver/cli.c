@@ -37,6 +37,7 @@ static const char usage_line[] =
     "       gemc [options] emit FILE [--arch A] [--emit=cu|plan|ptx|cubin] [-o DIR]\n"
     "       gemc [options] build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb\n"
     "       gemc [options] bench gdpa [--act ACT] [--reps N] [--quick]\n"
+    "       gemc [options] tune FILE [--arch A] [--reps N] [--batch B]\n"
     "       gemc help | --help | --version\n";
 
 const char *stage_name(Stage s) {
@@ -235,6 +236,7 @@ static bool parse_command(const char *word, Command *out) {
   else if (strcmp(word, "emit") == 0) *out = CMD_EMIT;
   else if (strcmp(word, "build") == 0) *out = CMD_BUILD;
   else if (strcmp(word, "bench") == 0) *out = CMD_BENCH;
+  else if (strcmp(word, "tune") == 0) *out = CMD_TUNE;
   else if (strcmp(word, "help") == 0) *out = CMD_HELP;
   else return false;
   return true;
@@ -249,7 +251,7 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
   if (!has_command) return usage_error(err, "no command given");
   if (o->command == CMD_HELP) return true;
   if (o->command == CMD_TRAIN || o->command == CMD_DATA || o->command == CMD_EMIT ||
-      o->command == CMD_BUILD || o->command == CMD_BENCH) {
+      o->command == CMD_BUILD || o->command == CMD_BENCH || o->command == CMD_TUNE) {
     if (emit || o->dump_after || o->output || o->grad)
       return usage_error(err, "--emit, --dump-after, --grad and -o only apply to 'gemc ir'");
     return true;  // the command's own parser checks the rest, --arch included
@@ -295,11 +297,11 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
       if (!has_command) {
         if (!parse_command(arg, &o->command))
           return usage_error(err, "unknown command '%s'; the commands are: check, ir, "
-                             "train, data, emit, build, bench, help", arg);
+                             "train, data, emit, build, bench, tune, help", arg);
         has_command = true;
         // train and data parse their own options (commands.h): hand them the rest.
         if (o->command == CMD_TRAIN || o->command == CMD_DATA || o->command == CMD_EMIT ||
-            o->command == CMD_BUILD || o->command == CMD_BENCH) {
+            o->command == CMD_BUILD || o->command == CMD_BENCH || o->command == CMD_TUNE) {
           o->rest = argv + i + 1;
           o->nrest = argc - i - 1;
           break;
@@ -375,6 +377,8 @@ void cli_print_help(FILE *out) {
           "                       the CUDA source and one cubin per arch (docs/gpu.md)\n"
           "  bench gdpa           GDPA forward/backward TFLOP/s on the public shapes, beside\n"
           "                       Meta's Triton numbers; needs a GPU (gemc bench --help)\n"
+          "  tune FILE            time the schedules of FILE's attention nodes on this GPU and\n"
+          "                       cache the winners for train; needs a GPU (gemc tune --help)\n"
           "  help                 print this text\n"
           "\n"
           "options for every command:\n"

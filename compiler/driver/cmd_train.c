@@ -18,6 +18,8 @@
 #include "load_model.h"      // defines: LoadedModel, load_model
 #include "report_json.h"     // defines: ReportRun, report_write_json
 #include "train.h"           // defines: Trainer, TrainOptions, train_loop
+#include "jit_cache.h"       // defines: jit_cache_dir
+#include "tune.h"            // defines: TuneOptions, tune_model
 
 enum { DEFAULT_STEPS = 100 };
 
@@ -32,6 +34,7 @@ typedef struct TrainCli {
   int64_t save_every;
   const char *report, *save, *resume;
   bool seed_given, eval_examples_given, quiet, werror;
+  bool no_tune;        // --no-tune: the compiler's schedules, not the autotuner's
   int live;            // --progress: -1 auto, 0 plain, 1 live
   const char *arch;
   TrainOptions opt;
@@ -44,7 +47,7 @@ static const char train_usage[] =
     "                  [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n"
     "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
     "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n"
-    "                  [--on-nan stop|skip|skip=N]\n";
+    "                  [--on-nan stop|skip|skip=N] [--no-tune]\n";
 
 static void print_train_help(FILE *out) {
   fprintf(out,
@@ -53,6 +56,9 @@ static void print_train_help(FILE *out) {
           "  --backend B        cpu, cuda or auto (default auto: the GPU when one is usable,\n"
           "                     else the CPU executor)\n"
           "  --artifact F.gemb  cuda: the kernels of a `gemc build` artifact (no NVRTC)\n"
+          "  --no-tune          cuda: keep the compiler's attention schedules; by default the\n"
+          "                     autotuner picks each unhinted node's from its cache, timing\n"
+          "                     the candidates on a miss (docs/tuning.md, gemc tune)\n"
           "  --steps N          optimizer steps to take in this run (default %d); with --resume,\n"
           "                     N more steps\n"
           "  --batch B          examples per step (default: the model's batch)\n"
@@ -245,6 +251,8 @@ static int parse_train(const CliOptions *o, TrainCli *c, FILE *err) {
       c->quiet = true;
     } else if (strcmp(arg, "--Werror") == 0) {
       c->werror = true;
+    } else if (strcmp(arg, "--no-tune") == 0) {
+      c->no_tune = true;
     } else {
       if (strncmp(arg, "--lengths", 9) == 0) lengths_given = true;
       if (strncmp(arg, "--eval-examples", 15) == 0) c->eval_examples_given = true;
@@ -301,6 +309,37 @@ static bool choose_backend(TrainCli *c, char *reason, size_t size) {
     return true;
   }
   GEMC_UNREACHABLE();
+}
+
+// --- the autotuner ----------------------------------------------------------------------
+
+// On the cuda backend (JIT, not an artifact, without --no-tune): the schedules of the GPU's
+// plan, with the autotuner's winners for the attention nodes whose hints leave a choice
+// (docs/tuning.md). NULL when nothing changes; a tuner that cannot run is a warning, and the
+// model trains with the compiler's schedules.
+static Schedule *tuned_schedules(const TrainCli *c, const Ir *ir) {
+  if (!c->opt.cuda || c->no_tune || c->opt.artifact) return NULL;
+  bool any = false;
+  for (int i = 0; i < ir->nforward && !any; i++) any = ir->nodes[i].op == OP_ATTENTION;
+  if (!any) return NULL;
+  char cache[4096], err[2048];
+  bool cached = jit_cache_dir(cache, sizeof cache, err, sizeof err);
+  Schedule *sched = calloc((size_t)ir->nnodes + 1, sizeof *sched);
+  if (!sched) return NULL;
+  for (int i = 0; i < ir->nnodes; i++) sched[i] = ir->nodes[i].sched;
+  TuneOptions to = {.reps = 10, .batch = c->opt.batch, .cache_dir = cached ? cache : NULL,
+                    .log = c->quiet ? NULL : stdout};
+  int tuned = 0;
+  TuneStatus st = tune_model(ir, &to, sched, &tuned, err, sizeof err);
+  fflush(stdout);
+  if (st != TUNE_OK)
+    fprintf(stderr, "gemc: warning: the attention autotuner did not finish (%s); training with "
+            "the compiler's schedules%s\n", err, tuned ? " where it had no winner yet" : "");
+  if (tuned == 0) {
+    free(sched);
+    return NULL;
+  }
+  return sched;
 }
 
 // --- output -----------------------------------------------------------------------------
@@ -466,6 +505,8 @@ int cmd_train(const CliOptions *o) {
   }
   char err[1024];
   int rc = GEMC_EXIT_USER_ERROR;
+  Schedule *sched = tuned_schedules(&c, &m.ir);
+  c.opt.node_sched = sched;
   Trainer *t = trainer_new(&m.ir, &c.opt, err, sizeof err);
   int64_t resumed_from = -1;
   if (t && c.resume) {
@@ -486,6 +527,7 @@ int cmd_train(const CliOptions *o) {
   if (t) rc = run_training(&c, t, reason, resumed_from);
   else fprintf(stderr, "gemc: error: %s\n", err);
   trainer_free(t);
+  free(sched);
   loaded_model_free(&m);
   if (lock_fd >= 0) close(lock_fd);
   return rc;

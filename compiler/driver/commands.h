@@ -1,7 +1,7 @@
 // commands.h: the gemc commands that run a model. Each parses the words after its name
 // (CliOptions.rest) itself, since its options are its own; global options given before the
 // command (--arch, -q, --Werror) apply as well. docs/cli.md and docs/train.md document them.
-// defines: cmd_train, cmd_data, cmd_emit, cmd_build, cmd_bench
+// defines: cmd_train, cmd_data, cmd_emit, cmd_build, cmd_bench, cmd_tune
 #ifndef GEMC_COMMANDS_H
 #define GEMC_COMMANDS_H
 
@@ -17,5 +17,8 @@ int cmd_emit(const CliOptions *o);
 int cmd_build(const CliOptions *o);
 // gemc bench gdpa [--act ACT] [--reps N] [--quick]: exits 1 with "no GPU: ..." without a GPU
 int cmd_bench(const CliOptions *o);
+// gemc tune FILE [--arch A] [--reps N] [--batch B]: exits 1 with "gemc tune needs a GPU: ..."
+// without a GPU
+int cmd_tune(const CliOptions *o);
 
 #endif

@@ -170,6 +170,7 @@ int main(int argc, char **argv) {
   case CMD_EMIT: rc = cmd_emit(&o); break;
   case CMD_BUILD: rc = cmd_build(&o); break;
   case CMD_BENCH: rc = cmd_bench(&o); break;
+  case CMD_TUNE: rc = cmd_tune(&o); break;
   }
   cli_free(&o);
 

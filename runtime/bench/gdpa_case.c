@@ -41,6 +41,13 @@ bool gdpa_case_emit(const GdpaCase *c, const char *prefix, Arena *arena, StrBuf 
 
 bool gdpa_case_emit_batch(const GdpaCase *c, int64_t batch, const char *prefix, Arena *arena,
                           StrBuf *src, GdpaEmitted *e) {
+  return gdpa_case_emit_with(c, NULL, batch, prefix, arena, src, e);
+}
+
+bool gdpa_case_emit_with(const GdpaCase *c, const GdpaEmitOptions *x, int64_t batch,
+                         const char *prefix, Arena *arena, StrBuf *src, GdpaEmitted *e) {
+  static const GdpaEmitOptions none = {0};
+  if (!x) x = &none;
   memset(e, 0, sizeof *e);
   Ir *ir = &e->ir;
   const DType T = c->storage == 32 ? DT_F32 : c->storage == 16 ? DT_FP16 : DT_BF16;
@@ -87,7 +94,9 @@ bool gdpa_case_emit_batch(const GdpaCase *c, int64_t batch, const char *prefix, 
   Node n = {.op = OP_ATTENTION, .loc = loc, .out = e->out, .ins = {e->q, e->k, e->v}, .nins = 3,
             .prec = c->storage == 32 ? DT_F32 : c->storage == 16 ? DT_FP16 : DT_BF16, .act = c->act, .mask = c->causal ? MASK_CAUSAL : MASK_NONE,
             .shape = c->shape, .heads = c->heads, .window = c->window, .scale = c->scale,
-            .hstu_norm = c->hstu_norm, .sched = {.tile_q = c->tile_q, .tile_m = c->tile_m}};
+            .hstu_norm = c->hstu_norm,
+            .sched = {.tile_q = c->tile_q, .tile_m = c->tile_m, .tile_kv = x->tile_kv,
+                      .stages = x->stages}};
   int fwd = ir_add_node(ir, &n);
   ir_begin_backward(ir);
   e->dout = add_tensor(ir, arena, prefix, "attn.grad", TENSOR_INPUT, ol, q->jag, ok, d, T);
@@ -111,15 +120,17 @@ bool gdpa_case_emit_batch(const GdpaCase *c, int64_t batch, const char *prefix, 
     b.out = outs[i];
     b.ins[3] = e->dout;
     b.nins = 4;
+    if (x->model_backward) b.sched = (Schedule){.gelu_taylor = n.sched.gelu_taylor};
     bwd[i] = ir_add_node(ir, &b);
   }
-  Plan p = {.arena = arena, .ir = ir, .target = "sm_90a"};
+  Plan p = {.arena = arena, .ir = ir, .target = x->target ? x->target : "sm_90a"};
   int nodes[4] = {fwd, bwd[0], bwd[1], bwd[2]};
   Lower L;
   lower_standalone_begin(&L, ir, &p, src);
   LowerMark start = lower_mark(&L);
   bool emitted = true;
-  for (int i = 0; i < 4 && emitted; i++) {
+  int nemit = x->forward_only ? 1 : 4;
+  for (int i = 0; i < nemit && emitted; i++) {
     emitted = emit_attention(&L, nodes[i]);
     if (i == 0) e->nforward = L.nlaunches;
   }

@@ -4,8 +4,8 @@
 // of each example, drawn from one of the benchmark's workloads or read from a lengths file.
 // Shared by `gemc bench gdpa` (gdpa_bench.h), the GPU test tests/gpu/test_gdpa.c and the
 // CPU-only unit tests.
-// defines: GdpaCase, GdpaEmitted, gdpa_case_emit(_batch), gdpa_case_name, GdpaLengths, GdpaWorkload,
-//          gdpa_lengths_*
+// defines: GdpaCase, GdpaEmitOptions, GdpaEmitted, gdpa_case_emit(_batch, _with), gdpa_case_name,
+//          GdpaLengths, GdpaWorkload, gdpa_lengths_*
 #ifndef GEMC_GDPA_CASE_H
 #define GEMC_GDPA_CASE_H
 
@@ -33,6 +33,17 @@ typedef struct GdpaCase {
   int storage;         // 0: bf16 tensors; 32: fp32; 16: fp16 (PMA seeds are always fp32)
 } GdpaCase;
 
+// What the autotuner (tune.h) asks of an emission beyond the case (kept out of GdpaCase, whose
+// positional initializers in tests/gpu/gdpa_cases.h stay as they are). Zeros: as
+// gdpa_case_emit_batch.
+typedef struct GdpaEmitOptions {
+  int tile_kv, stages;  // more forward schedule hints (0: the compiler's choice)
+  bool model_backward;  // the backward nodes carry only the gelu hint, as autodiff makes them
+                        // (else they copy every hint of the forward node)
+  bool forward_only;    // emit the forward node's launches only
+  const char *target;   // the target emitted for; NULL: sm_90a
+} GdpaEmitOptions;
+
 enum { GDPA_MAX_LAUNCHES = 96 };
 
 typedef struct GdpaEmitted {
@@ -54,6 +65,9 @@ bool gdpa_case_emit(const GdpaCase *c, const char *prefix, Arena *arena, StrBuf 
 // (PMA's dQ splits the batch into chunks by it).
 bool gdpa_case_emit_batch(const GdpaCase *c, int64_t batch, const char *prefix, Arena *arena,
                           StrBuf *src, GdpaEmitted *e);
+// The same with the options x (NULL: none).
+bool gdpa_case_emit_with(const GdpaCase *c, const GdpaEmitOptions *x, int64_t batch,
+                         const char *prefix, Arena *arena, StrBuf *src, GdpaEmitted *e);
 
 // "self gelu causal w40 dh64 h2" into buf.
 void gdpa_case_name(const GdpaCase *c, char *buf, int cap);

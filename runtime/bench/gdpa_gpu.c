@@ -32,6 +32,7 @@ bool gdpa_gpu_open(char *err, size_t err_size) {
 
 int gdpa_gpu_num_sms(void) { return context.sm_count; }
 const char *gdpa_gpu_arch(void) { return context.arch; }
+const char *gdpa_gpu_name(void) { return context.name; }
 
 // --- NVRTC with a cubin cache --------------------------------------------------------------
 
@@ -57,6 +58,11 @@ bool gdpa_gpu_load_module(const void *cubin, void **module, char *err, size_t er
   CUmodule m;
   CU(cu->cuModuleLoadData(&m, cubin));
   *module = m;
+  return true;
+}
+
+bool gdpa_gpu_unload_module(void *module, char *err, size_t err_size) {
+  if (module) CU(cu->cuModuleUnload((CUmodule)module));
   return true;
 }
 

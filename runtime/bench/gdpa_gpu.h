@@ -5,8 +5,8 @@
 // plan executor does (tile lists built per batch, workspaces by (tensor, slot)). Every function
 // that can fail returns false with the reason in `err` (for a failing CUDA call: the call and
 // the driver's message); none exits, and the caller decides whether its run can go on.
-// defines: GpuPtr, gdpa_gpu_open, gdpa_gpu_compile, GdpaGpuBody, GdpaBatch, gdpa_batch_*,
-//          gdpa_launch_range
+// defines: GpuPtr, gdpa_gpu_open, gdpa_gpu_compile, gdpa_gpu_name, gdpa_gpu_unload_module,
+//          GdpaGpuBody, GdpaBatch, gdpa_batch_*, gdpa_launch_range
 #ifndef GEMC_GDPA_GPU_H
 #define GEMC_GDPA_GPU_H
 
@@ -23,6 +23,7 @@ typedef unsigned long long GpuPtr;
 bool gdpa_gpu_open(char *err, size_t err_size);
 int gdpa_gpu_num_sms(void);
 const char *gdpa_gpu_arch(void);  // "sm_90a" for compute capability 9.0, else "sm_XY"
+const char *gdpa_gpu_name(void);  // the device's name: "NVIDIA H200"
 
 // Compiles `src` for `arch` with NVRTC, or reads the cubin cached in `cache_dir` (NULL: no
 // cache) under a key of the source, arch and NVRTC version. Returns a malloc'd cubin, or NULL
@@ -31,6 +32,7 @@ void *gdpa_gpu_compile(const char *src, const char *arch, const char *cache_dir,
                        char *err, size_t err_size);
 
 bool gdpa_gpu_load_module(const void *cubin, void **module, char *err, size_t err_size);
+bool gdpa_gpu_unload_module(void *module, char *err, size_t err_size);  // NULL: nothing to do
 bool gdpa_gpu_function(void *module, const char *name, void **fn, char *err, size_t err_size);
 bool gdpa_gpu_alloc(GpuPtr *p, size_t bytes, char *err, size_t err_size);
 bool gdpa_gpu_free(GpuPtr p, char *err, size_t err_size);

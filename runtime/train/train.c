@@ -79,7 +79,9 @@ struct Trainer {
   // (prefetched while the previous step ran), and each task's labels of the step in flight.
   GpuSession *gpu;
   Ir gpu_ir;              // the IR the GPU plan is built from: ir with the optimizer overrides
+                          // and the tuned schedules
   Tensor *gpu_tensors;    // gpu_ir's tensors (owned), when overrides are given
+  Node *gpu_nodes;        // gpu_ir's nodes (owned), when schedules are given
   bool gpu_prefetched;
   float **gpu_labels;    // [ntasks][B]
 
@@ -187,25 +189,38 @@ static bool has_overrides(const OptimOverrides *v) {
 // The GPU compiles each optimizer's hyper-parameters into its kernel, so the plan is built
 // from a copy of the IR whose tensors carry the overridden optimizers. An artifact was
 // compiled with the model's own values, so overrides and --artifact do not go together.
+// The tuned schedules (TrainOptions.node_sched) go into a copy of the nodes the same way, so
+// the model key (train_model_key of t->ir) and checkpoints do not depend on what was tuned;
+// an artifact keeps the schedules it was built with, so they are not applied to one.
 static const Ir *gpu_plan_ir(Trainer *t, char *err, size_t err_size) {
   const Ir *ir = t->ir;
-  if (!has_overrides(&t->opt.optim)) return ir;
-  if (t->opt.artifact) {
+  bool overrides = has_overrides(&t->opt.optim);
+  bool scheds = t->opt.node_sched && !t->opt.artifact;
+  if (!overrides && !scheds) return ir;
+  if (overrides && t->opt.artifact) {
     fail(err, err_size, "optimizer overrides (--lr, --table-lr, ...) cannot change an artifact's "
          "kernels, which have the model's values compiled in: train without --artifact (the "
          "kernels are then compiled with the overrides), or edit the model and rebuild");
     return NULL;
   }
   t->gpu_ir = *ir;
-  t->gpu_tensors = xcalloc((size_t)ir->ntensors + 1, sizeof *t->gpu_tensors);
-  memcpy(t->gpu_tensors, ir->tensors, (size_t)ir->ntensors * sizeof *t->gpu_tensors);
-  for (int i = 0; i < ir->ntensors; i++) {
-    Tensor *x = &t->gpu_tensors[i];
-    if (x->kind == TENSOR_TABLE) x->optim = table_override(x->optim, &t->opt.optim);
-    else if (x->kind == TENSOR_PARAM) x->optim = dense_override(x->optim, &t->opt.optim);
+  if (overrides) {
+    t->gpu_tensors = xcalloc((size_t)ir->ntensors + 1, sizeof *t->gpu_tensors);
+    memcpy(t->gpu_tensors, ir->tensors, (size_t)ir->ntensors * sizeof *t->gpu_tensors);
+    for (int i = 0; i < ir->ntensors; i++) {
+      Tensor *x = &t->gpu_tensors[i];
+      if (x->kind == TENSOR_TABLE) x->optim = table_override(x->optim, &t->opt.optim);
+      else if (x->kind == TENSOR_PARAM) x->optim = dense_override(x->optim, &t->opt.optim);
+    }
+    t->gpu_ir.tensors = t->gpu_tensors;
+    t->gpu_ir.dense_optim = dense_override(ir->dense_optim, &t->opt.optim);
   }
-  t->gpu_ir.tensors = t->gpu_tensors;
-  t->gpu_ir.dense_optim = dense_override(ir->dense_optim, &t->opt.optim);
+  if (scheds) {
+    t->gpu_nodes = xcalloc((size_t)ir->nnodes + 1, sizeof *t->gpu_nodes);
+    memcpy(t->gpu_nodes, ir->nodes, (size_t)ir->nnodes * sizeof *t->gpu_nodes);
+    for (int i = 0; i < ir->nnodes; i++) t->gpu_nodes[i].sched = t->opt.node_sched[i];
+    t->gpu_ir.nodes = t->gpu_nodes;
+  }
   return &t->gpu_ir;
 }
 
@@ -321,6 +336,7 @@ void trainer_free(Trainer *t) {
   if (t->x) cpu_exec_free(t->x);
   gpu_session_close(t->gpu);
   free(t->gpu_tensors);  // after the session: its plan points into gpu_ir
+  free(t->gpu_nodes);
   for (int k = 0; t->gpu_labels && k < t->ntasks; k++) free(t->gpu_labels[k]);
   free(t->gpu_labels);
   free(t->skipped_steps);

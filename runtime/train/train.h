@@ -33,6 +33,11 @@ typedef struct TrainOptions {
   bool cuda;              // train on the GPU with generated kernels (train_gpu.h)
   const char *artifact;   // cuda: the kernels of this `gemc build` artifact, not NVRTC
   FILE *gpu_log;          // cuda: start-up facts (device, compile times); NULL: none
+  // cuda: the schedule of every node (ir->nnodes entries) for the GPU's plan: the autotuner's
+  // picks (runtime/bench/tune.h, docs/tuning.md). Applied to a copy of the IR's nodes, so the
+  // model key and checkpoints stay those of the model; not applied with an artifact. NULL:
+  // the IR's own schedules.
+  const Schedule *node_sched;
   // The divergence guard (docs/train.md): 0 stops at the first non-finite loss (--on-nan
   // stop); N > 0 skips a step whose loss or gradients are not finite, without its update, and
   // stops at the N-th such step in a row (--on-nan skip=N).
