@@ -103,9 +103,10 @@ static int take_buffer(Builder *b, SymSize bytes) {
   return best;
 }
 
-// Calls fn on every tensor and scratch a launch touches.
+// Calls fn on every tensor and scratch a launch touches: a tensor map reads its tensor as much
+// as a pointer does.
 static void note_arg(const LaunchArg *a, int li, int *first_t, int *last_t, int *first_s, int *last_s) {
-  if (a->kind == ARG_TENSOR && a->tensor >= 0) {
+  if ((a->kind == ARG_TENSOR || a->kind == ARG_TENSOR_MAP) && a->tensor >= 0) {
     if (first_t[a->tensor] < 0) first_t[a->tensor] = li;
     last_t[a->tensor] = li;
   } else if (a->kind == ARG_SCRATCH && a->slot >= 0) {

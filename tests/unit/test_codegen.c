@@ -196,7 +196,10 @@ static void live_range(const Plan *p, ArgKind kind, int id, int *first, int *las
     }
     if (l->kind == LAUNCH_ZERO) args[n++] = &l->zero_arg;
     for (int a = 0; a < n; a++) {
-      bool hit = args[a]->kind == kind && (kind == ARG_TENSOR ? args[a]->tensor == id : args[a]->slot == id);
+      // A tensor map (the sm_90a attention kernels' TMA operands) uses its tensor too.
+      bool tensor_use = args[a]->kind == ARG_TENSOR || args[a]->kind == ARG_TENSOR_MAP;
+      bool hit = kind == ARG_TENSOR ? tensor_use && args[a]->tensor == id
+                                    : args[a]->kind == kind && args[a]->slot == id;
       if (!hit) continue;
       if (*first < 0) *first = i;
       *last = i;
@@ -204,9 +207,9 @@ static void live_range(const Plan *p, ArgKind kind, int id, int *first, int *las
   }
 }
 
-static void test_codegen_memplan_never_shares_a_live_buffer(void **state) {
-  Fixture *f = *state;
-  const Plan *p = &f->p;
+// No two tensors or scratches whose live ranges overlap share a buffer, each buffer holds its
+// tenants at any batch, and reuse happened.
+static void check_memplan(const Plan *p) {
   const Ir *ir = p->ir;
   int n = ir->ntensors + p->nscratch;
   int *buf = calloc((size_t)n, sizeof *buf), *first = calloc((size_t)n, sizeof *first), *last = calloc((size_t)n, sizeof *last);
@@ -243,6 +246,30 @@ static void test_codegen_memplan_never_shares_a_live_buffer(void **state) {
   free(buf);
   free(first);
   free(last);
+}
+
+static void test_codegen_memplan_never_shares_a_live_buffer(void **state) {
+  Fixture *f = *state;
+  check_memplan(&f->p);
+}
+
+// gem_small on sm_90a: its attention kernels read q, k and v through tensor maps, which are
+// uses as much as pointers are (a plan that missed them put q, k, v and the output in one
+// buffer).
+static void test_codegen_memplan_counts_tensor_maps(void **state) {
+  (void)state;
+  LoadedModel m;
+  Plan p;
+  Diag d;
+  assert_true(load_model(&m, "models/gem_small.gem", NULL, true, true, false));
+  diag_init(&d, &m.src, stderr);
+  assert_true(plan_build(&m.ir, NULL, &m.arena, &d, &p));
+  int maps = 0;
+  for (int i = 0; i < p.nlaunches; i++)
+    for (int a = 0; a < p.launches[i].nargs; a++) maps += p.launches[i].args[a].kind == ARG_TENSOR_MAP;
+  assert_true(maps >= 3);
+  check_memplan(&p);
+  loaded_model_free(&m);
 }
 
 static void test_codegen_plan_text_round_trips(void **state) {
@@ -341,6 +368,7 @@ int main(void) {
       cmocka_unit_test(test_codegen_fuses_add_rmsnorm_and_elementwise_act),
       cmocka_unit_test(test_codegen_table_grad_has_no_float_atomics),
       cmocka_unit_test(test_codegen_memplan_never_shares_a_live_buffer),
+      cmocka_unit_test(test_codegen_memplan_counts_tensor_maps),
       cmocka_unit_test(test_codegen_plan_text_round_trips),
       cmocka_unit_test(test_codegen_plan_read_rejects_garbage),
       cmocka_unit_test(test_codegen_unknown_target_is_an_error),
