@@ -272,20 +272,20 @@ static void test_codegen_memplan_counts_tensor_maps(void **state) {
   loaded_model_free(&m);
 }
 
-static void test_codegen_plan_text_round_trips(void **state) {
-  Fixture *f = *state;
+// Prints p, reads it back (as an AOT artifact's plan is), and prints that: the same text.
+static void check_plan_round_trip(const Plan *p, LoadedModel *m) {
   char *a = NULL, *b = NULL;
   size_t na = 0, nb = 0;
   FILE *out = open_memstream(&a, &na);
-  plan_print(out, &f->p);
+  plan_print(out, p);
   fclose(out);
   SourceFile sf;
   source_from_memory(&sf, "plan.txt", a, na);
   Diag d;
   diag_init(&d, &sf, stderr);
   Plan back;
-  assert_true(plan_read(&sf, &f->m.ir, &f->m.arena, &d, &back));
-  assert_int_equal(back.nlaunches, f->p.nlaunches);
+  assert_true(plan_read(&sf, &m->ir, &m->arena, &d, &back));
+  assert_int_equal(back.nlaunches, p->nlaunches);
   assert_string_equal(back.target, "sm_90a");
   out = open_memstream(&b, &nb);
   plan_print(out, &back);
@@ -293,6 +293,34 @@ static void test_codegen_plan_text_round_trips(void **state) {
   assert_string_equal(a, b);
   free(a);
   free(b);
+}
+
+static void test_codegen_plan_text_round_trips(void **state) {
+  Fixture *f = *state;
+  check_plan_round_trip(&f->p, &f->m);
+}
+
+// gem_small's plan has what the sm_90a attention kernels added: persistent grids, tensor-map
+// and tile-count arguments, persistent tile lists.
+static void test_codegen_plan_text_round_trips_sm90_attention(void **state) {
+  (void)state;
+  LoadedModel m;
+  Plan p;
+  Diag d;
+  assert_true(load_model(&m, "models/gem_small.gem", NULL, true, true, false));
+  diag_init(&d, &m.src, stderr);
+  assert_true(plan_build(&m.ir, NULL, &m.arena, &d, &p));
+  int persistent = 0, counts = 0, lists = 0;
+  for (int i = 0; i < p.nlaunches; i++) {
+    persistent += p.launches[i].kind == LAUNCH_KERNEL && p.launches[i].grid == GRID_PERSISTENT;
+    for (int a = 0; a < p.launches[i].nargs; a++) counts += p.launches[i].args[a].kind == ARG_TILE_COUNT;
+  }
+  for (int t = 0; t < p.ntiles; t++) lists += p.tiles[t].persistent;
+  assert_true(persistent >= 3);  // forward, dQ, dK/dV of the self attention
+  assert_int_equal(counts, persistent);
+  assert_true(lists >= 3);
+  check_plan_round_trip(&p, &m);
+  loaded_model_free(&m);
 }
 
 static void test_codegen_plan_read_rejects_garbage(void **state) {
@@ -370,6 +398,7 @@ int main(void) {
       cmocka_unit_test(test_codegen_memplan_never_shares_a_live_buffer),
       cmocka_unit_test(test_codegen_memplan_counts_tensor_maps),
       cmocka_unit_test(test_codegen_plan_text_round_trips),
+      cmocka_unit_test(test_codegen_plan_text_round_trips_sm90_attention),
       cmocka_unit_test(test_codegen_plan_read_rejects_garbage),
       cmocka_unit_test(test_codegen_unknown_target_is_an_error),
       cmocka_unit_test(test_codegen_nvrtc_compiles_for_sm_90a),
