@@ -13,26 +13,12 @@
 #include <cmocka.h>
 
 #include "commands.h"
+#include "run_command.h"
 #include "internal_error.h"
 
-// Runs cmd_bench on the words with stderr captured into `err` (cap bytes, NUL-terminated).
+// cmd_bench on the words, stderr captured into err (run_command.h).
 static int run_bench(char *err, size_t cap, int nwords, char **words) {
-  CliOptions o = {.command = CMD_BENCH, .rest = words, .nrest = nwords};
-  fflush(stderr);
-  FILE *capture = tmpfile();
-  assert_non_null(capture);
-  int saved = dup(fileno(stderr));
-  assert_true(saved >= 0);
-  assert_true(dup2(fileno(capture), fileno(stderr)) >= 0);
-  int rc = cmd_bench(&o);
-  fflush(stderr);
-  assert_true(dup2(saved, fileno(stderr)) >= 0);
-  close(saved);
-  rewind(capture);
-  size_t n = fread(err, 1, cap - 1, capture);
-  err[n] = '\0';
-  fclose(capture);
-  return rc;
+  return run_command(cmd_bench, CMD_BENCH, false, err, cap, nwords, words);
 }
 
 static void test_cmd_bench_without_gpu_exits_1_saying_no_gpu(void **state) {

@@ -207,6 +207,14 @@ static void live_range(const Plan *p, ArgKind kind, int id, int *first, int *las
   }
 }
 
+// gem_small's plan for its target, sm_90a (the sm_90a attention kernels' arguments in it).
+static void gem_small_plan(LoadedModel *m, Plan *p) {
+  Diag d;
+  assert_true(load_model(m, "models/gem_small.gem", NULL, true, true, false));
+  diag_init(&d, &m->src, stderr);
+  assert_true(plan_build(&m->ir, NULL, &m->arena, &d, p));
+}
+
 // No two tensors or scratches whose live ranges overlap share a buffer, each buffer holds its
 // tenants at any batch, and reuse happened.
 static void check_memplan(const Plan *p) {
@@ -260,10 +268,7 @@ static void test_codegen_memplan_counts_tensor_maps(void **state) {
   (void)state;
   LoadedModel m;
   Plan p;
-  Diag d;
-  assert_true(load_model(&m, "models/gem_small.gem", NULL, true, true, false));
-  diag_init(&d, &m.src, stderr);
-  assert_true(plan_build(&m.ir, NULL, &m.arena, &d, &p));
+  gem_small_plan(&m, &p);
   int maps = 0;
   for (int i = 0; i < p.nlaunches; i++)
     for (int a = 0; a < p.launches[i].nargs; a++) maps += p.launches[i].args[a].kind == ARG_TENSOR_MAP;
@@ -306,10 +311,7 @@ static void test_codegen_plan_text_round_trips_sm90_attention(void **state) {
   (void)state;
   LoadedModel m;
   Plan p;
-  Diag d;
-  assert_true(load_model(&m, "models/gem_small.gem", NULL, true, true, false));
-  diag_init(&d, &m.src, stderr);
-  assert_true(plan_build(&m.ir, NULL, &m.arena, &d, &p));
+  gem_small_plan(&m, &p);
   int persistent = 0, counts = 0, lists = 0;
   for (int i = 0; i < p.nlaunches; i++) {
     persistent += p.launches[i].kind == LAUNCH_KERNEL && p.launches[i].grid == GRID_PERSISTENT;

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "commands.h"
+#include "run_command.h"
 #include "gdpa_case.h"
 #include "internal_error.h"
 
@@ -204,24 +205,9 @@ static void test_gdpa_workloads_follow_their_definitions(void **state) {
 
 // --- the driver ---------------------------------------------------------------------------
 
-// Runs cmd_bench on the words with stderr captured into `err`.
+// cmd_bench on the words, stderr captured into err (run_command.h).
 static int run_bench(char *err, size_t cap, int nwords, char **words) {
-  CliOptions o = {.command = CMD_BENCH, .rest = words, .nrest = nwords};
-  fflush(stderr);
-  FILE *capture = tmpfile();
-  assert_non_null(capture);
-  int saved = dup(fileno(stderr));
-  assert_true(saved >= 0);
-  assert_true(dup2(fileno(capture), fileno(stderr)) >= 0);
-  int rc = cmd_bench(&o);
-  fflush(stderr);
-  assert_true(dup2(saved, fileno(stderr)) >= 0);
-  close(saved);
-  rewind(capture);
-  size_t n = fread(err, 1, cap - 1, capture);
-  err[n] = '\0';
-  fclose(capture);
-  return rc;
+  return run_command(cmd_bench, CMD_BENCH, false, err, cap, nwords, words);
 }
 
 static void test_gdpa_lengths_option_reads_files_before_the_gpu(void **state) {

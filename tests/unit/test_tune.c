@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "commands.h"        // defines: cmd_tune
+#include "run_command.h"     // defines: run_command
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: LoadedModel, load_model
 #include "lower.h"           // defines: plan_build
@@ -471,24 +472,9 @@ static void test_tune_lengths_are_lognormal_in_the_bucket(void **state) {
 
 // --- gemc tune ----------------------------------------------------------------------------
 
-// Runs cmd_tune on the words with stderr captured into `err`.
+// cmd_tune on the words, stderr captured into err (run_command.h).
 static int run_tune(char *err, size_t cap, int nwords, char **words) {
-  CliOptions o = {.command = CMD_TUNE, .rest = words, .nrest = nwords, .quiet = true};
-  fflush(stderr);
-  FILE *capture = tmpfile();
-  assert_non_null(capture);
-  int saved = dup(fileno(stderr));
-  assert_true(saved >= 0);
-  assert_true(dup2(fileno(capture), fileno(stderr)) >= 0);
-  int rc = cmd_tune(&o);
-  fflush(stderr);
-  assert_true(dup2(saved, fileno(stderr)) >= 0);
-  close(saved);
-  rewind(capture);
-  size_t n = fread(err, 1, cap - 1, capture);
-  err[n] = '\0';
-  fclose(capture);
-  return rc;
+  return run_command(cmd_tune, CMD_TUNE, true, err, cap, nwords, words);
 }
 
 static void test_cmd_tune_without_gpu_fails_cleanly(void **state) {
