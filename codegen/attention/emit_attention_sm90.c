@@ -7,14 +7,15 @@
 #include <string.h>
 
 #include "attention_internal.h"
+#include "attention_sm90_smem.h"
 #include "kernels_embedded.h"
 #include "target.h"
 
-enum { SM90_THREADS = 384, SM90_TILE_Q = 128, SM90_MAX_SMEM = 227 * 1024 };
+enum { SM90_THREADS = 384, SM90_TILE_Q = SM90_ATTN_TILE_Q, SM90_MAX_SMEM = SM90_ATTN_MAX_SMEM };
 
-// attention_sm90.cuh's SM90_FORWARD_SMEM.
+// attention_sm90.cuh's SM90_FORWARD_SMEM (attention_sm90_smem.h).
 static int forward_smem(int64_t dh, int bn, int stages) {
-  return (int)(1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * stages * bn * dh * 2 + 8 * (4 + 4 * stages));
+  return (int)sm90_attn_forward_smem(dh, bn, stages);
 }
 
 // The key tile and pipeline depth: the schedule's tile_kv (64 or 128) and stages (2..4) when
@@ -31,10 +32,7 @@ static bool sm90_shape(const AttnNode *a, int *bn, int *stages) {
   bool small_kv = a->kv_jag < 0 && a->kv_fixed > 0 && a->kv_fixed <= 64;
   *bn = s->tile_kv ? s->tile_kv : small_kv ? 64 : 128;
   *stages = s->stages;
-  if (!*stages) {
-    *stages = 2;
-    while (*stages < 4 && forward_smem(a->dh, *bn, *stages + 1) <= SM90_MAX_SMEM) (*stages)++;
-  }
+  if (!*stages) *stages = sm90_attn_forward_stages(a->dh, *bn);
   return forward_smem(a->dh, *bn, *stages) <= SM90_MAX_SMEM;
 }
 
@@ -86,15 +84,8 @@ bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a) {
 
 // --- the backward ------------------------------------------------------------------------
 
-// attention_sm90_backward.cuh's SM90_BACKWARD_SMEM, and its stages: as many (2..4) as fit.
-static int backward_smem(int64_t dh, int stages) {
-  return (int)(1024 + 2 * 2 * 128 * dh * 2 + 2 * stages * 64 * dh * 2 + 8 * (4 + 3 * stages));
-}
-static int backward_stages(const AttnNode *a) {
-  int stages = 2;
-  while (stages < 4 && backward_smem(a->dh, stages + 1) <= SM90_MAX_SMEM) stages++;
-  return stages;
-}
+// attention_sm90_backward.cuh's SM90_BACKWARD_SMEM (attention_sm90_smem.h).
+static int backward_smem(int64_t dh, int stages) { return (int)sm90_attn_backward_smem(dh, stages); }
 
 bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a) {
   if (!attn_sm90_forward_applies(L, a)) return false;
@@ -109,7 +100,7 @@ void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv
   if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_BACKWARD_CUH"))
     sb_puts(&L->src, kernel_attention_sm90_backward_cuh);
   bool softmax = n->act == ACT_SOFTMAX;
-  int stages = backward_stages(a);
+  int stages = sm90_attn_backward_stages(a->dh);
   char kernel[128];
   snprintf(kernel, sizeof kernel, "%s_bwd_%s", a->name, kv ? "kv" : "q");
   attn_kernel_comment(L, n, kv ? "bwd: dK, dV" : "bwd: dQ");

@@ -11,6 +11,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "attention_sm90_smem.h"  // defines: sm90_attn_forward_smem
 #include "sema_internal.h"  // defines: Sema, Call, Hint, sema_* helpers
 
 typedef enum AttnKernel {
@@ -20,14 +21,9 @@ typedef enum AttnKernel {
   KERNEL_QUANTIZED,  // attnq_forward: 64 rows, 64 keys, one stage
 } AttnKernel;
 
-// The sm_90a forward's shared memory: kernels/attention_sm90.cuh's SM90_FORWARD_SMEM, which
-// codegen/attention/emit_attention_sm90.c computes too, against the 227 KB a block may have.
-enum { SM90_TILE_Q = 128, SM90_MAX_SMEM = 227 * 1024, SM90_DEFAULT_TILE_KV = 128 };
-
-static int64_t sm90_smem(int64_t dh, int bn, int stages) {
-  return 1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * (int64_t)stages * bn * dh * 2 +
-         8 * (4 + 4 * stages);
-}
+// The sm_90a forward's shared memory against the 227 KB a block may have
+// (attention_sm90_smem.h, as codegen and the autotuner compute it).
+enum { SM90_TILE_Q = SM90_ATTN_TILE_Q, SM90_MAX_SMEM = SM90_ATTN_MAX_SMEM, SM90_DEFAULT_TILE_KV = 128 };
 
 // The kernel that runs a call, and how messages name it.
 typedef struct Pick {
@@ -112,7 +108,7 @@ static Values takes(AttnKernel k, Hint h, int64_t dh, int bn) {
   default:  // stages
     if (k == KERNEL_SM90) {
       for (int s = 2; s <= 4; s++)
-        if (sm90_smem(dh, bn, s) <= SM90_MAX_SMEM) r.v[r.n++] = s;
+        if (sm90_attn_forward_smem(dh, bn, s) <= SM90_MAX_SMEM) r.v[r.n++] = s;
     } else {
       r = (Values){{k == KERNEL_MMA ? 2 : 1}, 1};
     }
@@ -151,10 +147,10 @@ static void refuse_sm90_stages(Sema *S, const Call *c, Values fit, int64_t dh, i
   else
     diag_error(S->d, at, "schedule hint 'stages' takes %s %s, found %d: %d stages need %" PRId64
                " bytes of shared memory, over the %d (227 KB) a block may use", listed(S, fit),
-               where, v, v, sm90_smem(dh, bn, v), SM90_MAX_SMEM);
-  if (!given(c, HINT_TILE_KV) && v >= 2 && v <= 4 && sm90_smem(dh, 64, v) <= SM90_MAX_SMEM)
+               where, v, v, sm90_attn_forward_smem(dh, bn, v), SM90_MAX_SMEM);
+  if (!given(c, HINT_TILE_KV) && v >= 2 && v <= 4 && sm90_attn_forward_smem(dh, 64, v) <= SM90_MAX_SMEM)
     diag_note(S->d, at, "with tile_kv = 64, %d stages fit (%" PRId64 " bytes)", v,
-              sm90_smem(dh, 64, v));
+              sm90_attn_forward_smem(dh, 64, v));
 }
 
 void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh) {

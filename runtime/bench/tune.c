@@ -12,17 +12,18 @@
 
 #include "checked.h"  // defines: fail, xmalloc
 #include "file_io.h"  // defines: file_read_all, file_write_atomic
+#include "attention_sm90_smem.h"  // defines: sm90_attn_forward_smem, _stages
 #include "hash.h"     // defines: fnv1a64
 #include "version.h"  // defines: GEMC_VERSION
 
 // The sm_90a forward's shared memory (kernels/attention_sm90.cuh's SM90_FORWARD_SMEM, as
 // codegen/attention/emit_attention_sm90.c and sema_schedule_attention.c compute it) and the
 // 227 KB a block may have; the mma.sync forward's (emit_attention.c's forward_smem_rows).
-enum { SM90_TILE_Q = 128, SM90_MAX_SMEM = 227 * 1024, MAX_ENTRY_BYTES = 64 * 1024 };
+enum { SM90_TILE_Q = SM90_ATTN_TILE_Q, SM90_MAX_SMEM = SM90_ATTN_MAX_SMEM,
+       MAX_ENTRY_BYTES = 64 * 1024 };
 
 static int sm90_smem(int64_t dh, int bn, int stages) {
-  return (int)(1024 + 2 * SM90_TILE_Q * dh * 2 + 2 * (int64_t)stages * bn * dh * 2 +
-               8 * (4 + 4 * stages));
+  return (int)sm90_attn_forward_smem(dh, bn, stages);
 }
 static int mma_smem(int64_t dh, int rows) { return (int)((rows + 4 * 64) * dh * 2); }
 
@@ -66,10 +67,7 @@ static TuneCandidate mma_candidate(int64_t dh, int rows, int warp_rows) {
 static void sm90_candidates(TuneOp *op, int64_t dh, bool mma_ok, bool q_jagged) {
   const Schedule *u = &op->user;
   int bn = u->tile_kv ? u->tile_kv : 128, stages = u->stages;
-  if (!stages) {
-    stages = 2;
-    while (stages < 4 && sm90_smem(dh, bn, stages + 1) <= SM90_MAX_SMEM) stages++;
-  }
+  if (!stages) stages = sm90_attn_forward_stages(dh, bn);
   if (sm90_smem(dh, bn, stages) > SM90_MAX_SMEM) return;  // hints that do not fit: no default
   add_candidate(op, sm90_candidate(dh, bn, stages));
   if (op->ncand == 0) return;

@@ -1,0 +1,42 @@
+// attention_sm90_smem.h: the shared memory of the sm_90a attention kernels
+// (kernels/attention_sm90.cuh's SM90_FORWARD_SMEM, attention_sm90_backward.cuh's
+// SM90_BACKWARD_SMEM), and the stages they get by default: the facts that sema (which
+// schedules it accepts), codegen (the launch) and the autotuner (its candidates) share.
+// Header-only; in compiler/ir because all three see that layer.
+// defines: SM90_ATTN_TILE_Q, SM90_ATTN_MAX_SMEM, sm90_attn_forward_smem,
+//          sm90_attn_backward_smem, sm90_attn_forward_stages, sm90_attn_backward_stages
+#ifndef GEMC_ATTENTION_SM90_SMEM_H
+#define GEMC_ATTENTION_SM90_SMEM_H
+
+#include <stdint.h>
+
+enum {
+  SM90_ATTN_TILE_Q = 128,             // query rows of a forward work item (two warpgroups of 64)
+  SM90_ATTN_MAX_SMEM = 227 * 1024,    // what one block may opt in to on an H100/H200
+};
+
+// 1 KB of alignment slack, two Q tiles, `stages` K and V tiles of tile_kv rows, the barriers.
+static inline int64_t sm90_attn_forward_smem(int64_t dh, int64_t tile_kv, int64_t stages) {
+  return 1024 + 2 * SM90_ATTN_TILE_Q * dh * 2 + 2 * stages * tile_kv * dh * 2 +
+         8 * (4 + 4 * stages);
+}
+
+// Two resident pairs of 128-row tiles, `stages` streamed pairs of 64 rows, the barriers.
+static inline int64_t sm90_attn_backward_smem(int64_t dh, int64_t stages) {
+  return 1024 + 2 * 2 * 128 * dh * 2 + 2 * stages * 64 * dh * 2 + 8 * (4 + 3 * stages);
+}
+
+// The default pipeline depth: as many stages of 2..4 as fit (2 even when they do not).
+static inline int sm90_attn_forward_stages(int64_t dh, int64_t tile_kv) {
+  int stages = 2;
+  while (stages < 4 && sm90_attn_forward_smem(dh, tile_kv, stages + 1) <= SM90_ATTN_MAX_SMEM)
+    stages++;
+  return stages;
+}
+static inline int sm90_attn_backward_stages(int64_t dh) {
+  int stages = 2;
+  while (stages < 4 && sm90_attn_backward_smem(dh, stages + 1) <= SM90_ATTN_MAX_SMEM) stages++;
+  return stages;
+}
+
+#endif
