@@ -38,6 +38,7 @@ enum {
   ATTN_WS_FP8 = 18,           // tensor t quantized fp8 with one scale (fp32 copy)
   ATTN_WS_AMAX = 19,          // tensor t's finite amax, as the bits of a float
   ATTN_WS_PMA_PARTIAL = 20,   // PMA dQ: fp32 [chunks][seeds][d] partial sums; tensor dQ
+  ATTN_WS_TINY_PARTIAL = 21,  // tiny key sets: fp32 [B][chunks][dK, dV][keys][d]; tensor dO
 };
 
 // --- the node ---------------------------------------------------------------------------
@@ -83,5 +84,12 @@ bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a);
 void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
                                   const char *grad_type, LaunchArg stats);
 bool emit_attention_quantized(Lower *L, int node);
+// mxfp8 over at most 32 keys and no mask (emit_attention_tiny_kv.c): whether its forward (or
+// backward) takes node a, and the emitters; the backward writes dQ, dK and dV (each -1 when not
+// wanted) in one group of launches.
+bool attn_tiny_kv_applies(const Lower *L, const AttnNode *a, bool backward);
+bool emit_attention_tiny_kv_forward(Lower *L, int node, const AttnNode *a);
+bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int dq, int dk,
+                                     int dv);
 
 #endif

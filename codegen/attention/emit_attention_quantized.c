@@ -259,6 +259,7 @@ bool emit_attention_quantized(Lower *L, int node) {
   QEmit e = {.L = L, .node = node, .a = &a, .mx = n->prec == DT_MXFP8};
   if (n->op == OP_ATTENTION) {
     if (!attn_node_shape(ir, n, -1, ir->tensors[n->out].name, &a)) return false;
+    if (attn_tiny_kv_applies(L, &a, false)) return emit_attention_tiny_kv_forward(L, node, &a);
     e.phase = "fwd";
     e.owner = n->out;
     return emit_forward(&e);
@@ -271,6 +272,15 @@ bool emit_attention_quantized(Lower *L, int node) {
   if (!attn_node_shape(ir, n, dout, stem, &a) || !attn_elem_type(ir->tensors[dout].dtype))
     return false;
   e.owner = n->out;
+  if (attn_tiny_kv_applies(L, &a, true)) {  // one group for the three, at the first of them
+    int first = -1;
+    for (int g = 0; g < 3; g++)
+      if (who[g] >= 0 && (first < 0 || who[g] < first)) first = who[g];
+    if (first != node) return true;
+    int out[3];
+    for (int g = 0; g < 3; g++) out[g] = who[g] >= 0 ? ir->nodes[who[g]].out : -1;
+    return emit_attention_tiny_kv_backward(L, node, &a, out[0], out[1], out[2]);
+  }
   if (n->op == OP_ATTENTION_BWD_Q) {
     if (who[0] != node) return true;
     e.phase = "bwdq";

@@ -1,0 +1,363 @@
+// attention_tiny_kv.cuh: mxfp8 GDPA over a tiny key set (at most 32 keys per example, no mask),
+// such as gem_small's cross attention from the history to {ad, tags, counters}. The work is a
+// stream over the query rows; the few keys sit in shared memory. It computes what
+// attention_quantized.cuh computes (the CPU executor's numerics, docs/executor.md), with the
+// operands quantized in registers as they are read instead of through fp32 copies:
+//   - a warp owns one query row at a time, lane l its F = D/32 features [l·F, l·F + F); a
+//     head's features are G = DH/F neighbouring lanes and an mxfp8 block of 32 features
+//     (min(32, DH)) BL neighbouring lanes, so the block amax and the head's dot products are
+//     butterfly reductions over those lanes (every lane ends with the same bits);
+//   - the keys of one example are at most one 32-row block, so quantizing V or K down its
+//     columns, or a row of P or dS along the keys, is one block;
+//   - the backward reduces dK and dV over the query rows: a warp owns one 32-row block (the
+//     block of the executor's column quantization of P, dS, Q and dO), the eight warps of a CTA
+//     one 256-row chunk, summed in warp order; attnt_backward_sum adds the chunks of each
+//     example in order. No atomics: reruns are bit-identical.
+// The activations run in double, as numerics.c evaluates them (attnq_prob, attnq_grad).
+// Needs attention_quantized.cuh.
+// defines: attnt_forward, attnt_backward, attnt_backward_sum
+#ifndef GEMC_ATTENTION_TINY_KV_CUH
+#define GEMC_ATTENTION_TINY_KV_CUH
+
+enum { ATTNT_FWD_ROWS = 128, ATTNT_BWD_ROWS = 256, ATTNT_WARPS = 8, ATTNT_MAX_KEYS = 32 };
+
+// The lane layout of a row of D = heads · DH features.
+template <int D, int DH> struct AttntLanes {
+  enum {
+    F = D / 32,                      // features per lane
+    G = DH / F,                      // lanes per head
+    BL = (DH < 32 ? DH : 32) / F,    // lanes per mxfp8 block along a head
+  };
+  static_assert(D % 32 == 0 && DH % F == 0 && (DH <= 32 || (DH % 32 == 0 && 32 % F == 0)),
+                "attention_tiny_kv: the blocks of 32 features must be whole lanes");
+};
+
+// Lanes [g·W, g·W + W) of the warp, W a power of two: the max and the sum over them.
+template <int W> __device__ __forceinline__ float attnt_group_max(float x) {
+  for (int o = 1; o < W; o <<= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, o));
+  return x;
+}
+template <int W> __device__ __forceinline__ float attnt_group_sum(float x) {
+  for (int o = 1; o < W; o <<= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+  return x;
+}
+
+// The F features of this lane from row pointer p (element type T), as floats.
+template <int F, typename T> __device__ __forceinline__ void attnt_load(float *x, const T *p) {
+#ifndef GEMC_ON_CPU
+  if constexpr ((F * sizeof(T)) % 16 == 0) {
+    union {
+      uint4 v[F * sizeof(T) / 16];
+      T e[F];
+    } u;
+    for (int k = 0; k < (int)(F * sizeof(T) / 16); k++) u.v[k] = ((const uint4 *)p)[k];
+    for (int f = 0; f < F; f++) x[f] = attn_to_float(u.e[f]);
+    return;
+  }
+#endif
+  for (int f = 0; f < F; f++) x[f] = attn_to_float(p[f]);
+}
+
+template <int F, typename T> __device__ __forceinline__ void attnt_store(T *p, const float *x) {
+  for (int f = 0; f < F; f++) attn_store1(p + f, x[f]);
+}
+template <int F> __device__ __forceinline__ void attnt_store(bf16_t *p, const float *x) {
+#ifndef GEMC_ON_CPU
+  if constexpr (F % 8 == 0) {  // 16 bytes a store
+    for (int k = 0; k < F / 8; k++) {
+      uint4 u;
+      u.x = attn_pack_bf16(x[8 * k], x[8 * k + 1]);
+      u.y = attn_pack_bf16(x[8 * k + 2], x[8 * k + 3]);
+      u.z = attn_pack_bf16(x[8 * k + 4], x[8 * k + 5]);
+      u.w = attn_pack_bf16(x[8 * k + 6], x[8 * k + 7]);
+      ((uint4 *)p)[k] = u;
+    }
+    return;
+  }
+#endif
+  for (int f = 0; f < F; f++) attn_store1(p + f, x[f]);
+}
+
+// mxfp8 along a head: this lane's F values are part of a block of BL lanes (attnq_mx_block).
+template <int F, int BL> __device__ __forceinline__ void attnt_mx_lanes(float *x) {
+  float amax = 0.0f;
+  for (int f = 0; f < F; f++) amax = fmaxf(amax, attnq_finite_abs(x[f]));
+  amax = attnt_group_max<BL>(amax);
+  int e = mx_block_exponent(amax);
+  float inv = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);
+  for (int f = 0; f < F; f++) x[f] = e4m3_round(x[f] * inv) * scale;
+}
+
+// mxfp8 of n <= 32 values in place (one block: a row of P or dS along the keys).
+template <int N> __device__ __forceinline__ void attnt_mx_values(float *v, int n) {
+  float amax = 0.0f;
+  for (int j = 0; j < N; j++)
+    if (j < n) amax = fmaxf(amax, attnq_finite_abs(v[j]));
+  int e = mx_block_exponent(amax);
+  float inv = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);
+  for (int j = 0; j < N; j++) v[j] = j < n ? e4m3_round(v[j] * inv) * scale : 0.0f;
+}
+
+// One example's keys in shared memory, quantized as the executor does: `heads` copies along
+// each head's features (blocks of 32), `cols` copies down each column (one block of the
+// example's kv rows). Rows past the example's keys are 0. Called by every thread of the CTA.
+template <int D, int DH, int KV, typename KT>
+__device__ __forceinline__ void attnt_stage_heads(float *dst, const KT *__restrict__ x,
+                                                  const AttnExample &e, int d) {
+  enum { BW = DH < 32 ? DH : 32, BLOCKS = D / BW };
+  for (int t = threadIdx.x; t < KV * BLOCKS; t += blockDim.x) {
+    int j = t / BLOCKS, c0 = (t % BLOCKS) * BW;
+    float v[BW];
+    for (int f = 0; f < BW; f++) v[f] = j < e.kv_len ? attn_to_float(x[(e.kv_start + j) * d + c0 + f]) : 0.0f;
+    attnq_mx_block(v, BW, 1);
+    for (int f = 0; f < BW; f++) dst[j * D + c0 + f] = v[f];
+  }
+}
+
+template <int D, int KV, typename KT>
+__device__ __forceinline__ void attnt_stage_cols(float *dst, const KT *__restrict__ x,
+                                                 const AttnExample &e, int d) {
+  for (int c = threadIdx.x; c < D; c += blockDim.x) {
+    float v[KV];
+    for (int j = 0; j < KV; j++) v[j] = j < e.kv_len ? attn_to_float(x[(e.kv_start + j) * d + c]) : 0.0f;
+    attnt_mx_values<KV>(v, e.kv_len);
+    for (int j = 0; j < KV; j++) dst[j * D + c] = v[j];
+  }
+}
+
+// The scores of this lane's head against the example's keys: s[j] = scale · qh·kh_j.
+template <int D, int DH, int KV>
+__device__ __forceinline__ void attnt_scores(float *s, const float *qh, const float *kh, int f0,
+                                             int kv_len, float scale) {
+  enum { F = AttntLanes<D, DH>::F, G = AttntLanes<D, DH>::G };
+  for (int j = 0; j < KV; j++) {
+    float part = 0.0f;
+    for (int f = 0; f < F; f++) part += qh[f] * kh[j * D + f0 + f];
+    s[j] = j < kv_len ? attnt_group_sum<G>(part) * scale : 0.0f;
+  }
+}
+
+// Softmax statistics of a row in the executor's order (attnq_row_stats): the max, then the sum
+// of exp(s - max) key by key, then one reciprocal; dot = sum of dP · P when dp is given.
+template <int KV, int ACT>
+__device__ __forceinline__ AttnqRow attnt_row_stats(const float *s, const float *dp, int kv_len) {
+  AttnqRow st = {-ATTN_INF, 0.0f, 0.0f};
+  if (ACT != ATTN_ACT_SOFTMAX) return st;
+  for (int j = 0; j < KV; j++)
+    if (j < kv_len) st.m = j == 0 || s[j] > st.m ? s[j] : st.m;
+  float sum = 0.0f;
+  for (int j = 0; j < KV; j++)
+    if (j < kv_len) sum += (float)exp((double)(s[j] - st.m));
+  st.inv = kv_len > 0 ? 1.0f / sum : 0.0f;
+  if (dp) {
+    float dot = 0.0f;
+    for (int j = 0; j < KV; j++)
+      if (j < kv_len) dot += dp[j] * attnq_prob<ACT>(s[j], st, 1.0);
+    st.dot = dot;
+  }
+  return st;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward: O = quant_rows(P) · Vr. A CTA takes 128 query rows of one example (tile list entry
+// {b, i0, 0}), each of its 8 warps 16 of them; shared memory holds Kh and Vr of the example.
+
+template <int D, int DH, int KV, int ACT, typename OT, typename QT, typename KT>
+__device__ __forceinline__ void attnt_forward(OT *__restrict__ out, const QT *__restrict__ q,
+                                              const KT *__restrict__ k, const KT *__restrict__ v,
+                                              const AttnRows &r, double inv_norm,
+                                              const int *__restrict__ tiles) {
+  typedef AttntLanes<D, DH> Lanes;
+  enum { F = Lanes::F, BL = Lanes::BL, ROWS_PER_WARP = ATTNT_FWD_ROWS / ATTNT_WARPS };
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  float *kh = (float *)attn_smem, *vr = kh + KV * D;
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], i0 = tile[1];
+  if (b < 0) return;
+  const AttnExample e = attn_example(r, b);
+  attnt_stage_heads<D, DH, KV>(kh, k, e, r.d);
+  attnt_stage_cols<D, KV>(vr, v, e, r.d);
+  __syncthreads();
+  const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, f0 = lane * F;
+  const int first = i0 + warp * ROWS_PER_WARP;
+  int last = first + ROWS_PER_WARP;
+  if (last > e.q_len) last = e.q_len;
+  float next[F];
+  if (first < last) attnt_load<F>(next, q + (e.q_start + first) * r.d + f0);
+  for (int i = first; i < last; i++) {
+    float qh[F];
+    for (int f = 0; f < F; f++) qh[f] = next[f];
+    if (i + 1 < last) attnt_load<F>(next, q + (e.q_start + i + 1) * r.d + f0);
+    attnt_mx_lanes<F, BL>(qh);
+    float s[KV];
+    attnt_scores<D, DH, KV>(s, qh, kh, f0, e.kv_len, r.scale);
+    const AttnqRow st = attnt_row_stats<KV, ACT>(s, (const float *)0, e.kv_len);
+    float p[KV];
+    for (int j = 0; j < KV; j++) p[j] = j < e.kv_len ? attnq_prob<ACT>(s[j], st, inv_norm) : 0.0f;
+    attnt_mx_values<KV>(p, e.kv_len);
+    float acc[F];
+    for (int f = 0; f < F; f++) acc[f] = 0.0f;
+    for (int j = 0; j < KV; j++)
+      if (p[j] != 0.0f)
+        for (int f = 0; f < F; f++) acc[f] += p[j] * vr[j * D + f0 + f];
+    attnt_store<F>(out + (e.o_start + i) * r.d + f0, acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward. A CTA takes 256 query rows of one example (entry {b, i0, 0}); warp w the 32-row
+// block at i0 + 32w. Per row it forms P and dS, writes dQ = scale · quant_rows(dS) · Kr, and
+// keeps P and dS in shared memory; then it quantizes their columns over the block, reads the
+// block's Q and dO again quantized down their columns, and sums dK = quant_cols(dS)ᵀ · Qr and
+// dV = quant_cols(P)ᵀ · dOr. The CTA's sums go to partial[(b · chunks + i0 / 256)][2][KV][D].
+
+template <int D, int DH, int KV, int H>
+struct AttntBackwardSmem {
+  enum {
+    KEYS = 3 * KV * D,               // kh, vh, kr
+    PDS = ATTNT_WARPS * 32 * H * KV * 2,  // P and dS of each warp's 32 rows
+    SUM = 2 * KV * D,                // the CTA's dK and dV
+    FLOATS = KEYS + PDS + SUM,
+  };
+};
+
+template <int D, int DH, int KV, int ACT, typename GT, typename QT, typename KT>
+__device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__restrict__ q,
+                                               const KT *__restrict__ k, const KT *__restrict__ v,
+                                               const KT *__restrict__ dout, const AttnRows &r,
+                                               double inv_norm, const int *__restrict__ tiles,
+                                               int chunks, float *__restrict__ partial) {
+  typedef AttntLanes<D, DH> Lanes;
+  enum { F = Lanes::F, G = Lanes::G, BL = Lanes::BL, H = D / DH };
+  typedef AttntBackwardSmem<D, DH, KV, H> Smem;
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  float *kh = (float *)attn_smem, *vh = kh + KV * D, *kr = vh + KV * D;
+  float *pds_all = kr + KV * D, *sum = pds_all + Smem::PDS;
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], i0 = tile[1];
+  if (b < 0) return;
+  const AttnExample e = attn_example(r, b);
+  attnt_stage_heads<D, DH, KV>(kh, k, e, r.d);
+  attnt_stage_heads<D, DH, KV>(vh, v, e, r.d);
+  attnt_stage_cols<D, KV>(kr, k, e, r.d);
+  __syncthreads();
+  const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, f0 = lane * F;
+  const int head = lane / G;
+  float *pds = pds_all + warp * 32 * H * KV * 2;  // [row][head][key][P, dS]
+  const int first = i0 + warp * 32;
+  int n = e.q_len - first;
+  n = n < 0 ? 0 : (n > 32 ? 32 : n);
+  // Pass 1, row by row: P, dS, dQ; and the column amax of Q and dO over the block.
+  float qmax[F], dmax[F];
+  for (int f = 0; f < F; f++) qmax[f] = dmax[f] = 0.0f;
+  for (int ii = 0; ii < n; ii++) {
+    const int i = first + ii;
+    float qh[F], doh[F];
+    attnt_load<F>(qh, q + (e.q_start + i) * r.d + f0);
+    attnt_load<F>(doh, dout + (e.o_start + i) * r.d + f0);
+    for (int f = 0; f < F; f++) {
+      qmax[f] = fmaxf(qmax[f], attnq_finite_abs(qh[f]));
+      dmax[f] = fmaxf(dmax[f], attnq_finite_abs(doh[f]));
+    }
+    attnt_mx_lanes<F, BL>(qh);
+    attnt_mx_lanes<F, BL>(doh);
+    float s[KV], dp[KV];
+    attnt_scores<D, DH, KV>(s, qh, kh, f0, e.kv_len, r.scale);
+    attnt_scores<D, DH, KV>(dp, doh, vh, f0, e.kv_len, 1.0f);
+    const AttnqRow st = attnt_row_stats<KV, ACT>(s, dp, e.kv_len);
+    float p[KV], ds[KV];
+    for (int j = 0; j < KV; j++) {
+      p[j] = j < e.kv_len ? attnq_prob<ACT>(s[j], st, inv_norm) : 0.0f;
+      ds[j] = j < e.kv_len ? attnq_grad<ACT>(s[j], p[j], dp[j], st, inv_norm) : 0.0f;
+    }
+    if (lane % G == 0)
+      for (int j = 0; j < KV; j++) {
+        pds[((ii * H + head) * KV + j) * 2] = p[j];
+        pds[((ii * H + head) * KV + j) * 2 + 1] = ds[j];
+      }
+    if (dq) {
+      attnt_mx_values<KV>(ds, e.kv_len);
+      float acc[F];
+      for (int f = 0; f < F; f++) acc[f] = 0.0f;
+      for (int j = 0; j < KV; j++)
+        if (ds[j] != 0.0f)
+          for (int f = 0; f < F; f++) acc[f] += ds[j] * kr[j * D + f0 + f];
+      for (int f = 0; f < F; f++) acc[f] *= r.scale;
+      attnt_store<F>(dq + (e.q_start + i) * r.d + f0, acc);
+    }
+  }
+  // Rows of the block past the example's end are zeros of the executor's blocks.
+  for (int t = lane; t < (32 - n) * H * KV * 2; t += WARP_SIZE) pds[n * H * KV * 2 + t] = 0.0f;
+  __syncwarp();
+  // Pass 2: quantize each column of P and of dS (head, key) over the block's 32 rows.
+  for (int t = lane; t < H * KV * 2; t += WARP_SIZE) {
+    float col[32];
+    for (int ii = 0; ii < 32; ii++) col[ii] = pds[ii * H * KV * 2 + t];
+    attnq_mx_block(col, 32, 1);
+    for (int ii = 0; ii < 32; ii++) pds[ii * H * KV * 2 + t] = col[ii];
+  }
+  __syncwarp();
+  // Pass 3: Q and dO down their columns, and this block's sums of dK and dV.
+  float qinv[F], qsc[F], dinv[F], dsc[F];
+  for (int f = 0; f < F; f++) {
+    int eq = mx_block_exponent(qmax[f]), ed = mx_block_exponent(dmax[f]);
+    qinv[f] = ldexpf(1.0f, -eq), qsc[f] = ldexpf(1.0f, eq);
+    dinv[f] = ldexpf(1.0f, -ed), dsc[f] = ldexpf(1.0f, ed);
+  }
+  float dk[KV][F], dv[KV][F];
+  for (int j = 0; j < KV; j++)
+    for (int f = 0; f < F; f++) dk[j][f] = dv[j][f] = 0.0f;
+  for (int ii = 0; ii < n; ii++) {
+    const int i = first + ii;
+    float qr[F], dor[F];
+    attnt_load<F>(qr, q + (e.q_start + i) * r.d + f0);
+    attnt_load<F>(dor, dout + (e.o_start + i) * r.d + f0);
+    for (int f = 0; f < F; f++) {
+      qr[f] = e4m3_round(qr[f] * qinv[f]) * qsc[f];
+      dor[f] = e4m3_round(dor[f] * dinv[f]) * dsc[f];
+    }
+    for (int j = 0; j < KV; j++) {
+      const float pq = pds[((ii * H + head) * KV + j) * 2], dsq = pds[((ii * H + head) * KV + j) * 2 + 1];
+      if (pq != 0.0f)
+        for (int f = 0; f < F; f++) dv[j][f] += pq * dor[f];
+      if (dsq != 0.0f)
+        for (int f = 0; f < F; f++) dk[j][f] += dsq * qr[f];
+    }
+  }
+  // The CTA's sums, warp by warp in order.
+  for (int w = 0; w < ATTNT_WARPS; w++) {
+    if (warp == w)
+      for (int j = 0; j < KV; j++)
+        for (int f = 0; f < F; f++) {
+          float *at = sum + j * D + f0 + f;
+          at[0] = w == 0 ? dk[j][f] : at[0] + dk[j][f];
+          at[KV * D] = w == 0 ? dv[j][f] : at[KV * D] + dv[j][f];
+        }
+    __syncthreads();
+  }
+  float *dst = partial + ((i64)b * chunks + i0 / ATTNT_BWD_ROWS) * 2 * KV * D;
+  for (int t = threadIdx.x; t < 2 * KV * D; t += blockDim.x) dst[t] = sum[t];
+}
+
+// dK = scale · (the chunks' dK sums) and dV = the chunks' dV sums, each example's chunks in
+// order; one thread per (example, dK or dV, key, feature). Keys of an example without query
+// rows get zeros.
+template <int D, int KV, typename GT>
+__device__ __forceinline__ void attnt_backward_sum(GT *__restrict__ dk, GT *__restrict__ dv,
+                                                   const float *__restrict__ partial,
+                                                   const AttnRows &r, i64 batch, int chunks) {
+  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= batch * 2 * KV * D) return;
+  const int b = (int)(t / (2 * KV * D)), rest = (int)(t % (2 * KV * D));
+  const int which = rest / (KV * D), j = rest % (KV * D) / D, c = rest % D;
+  const AttnExample e = attn_example(r, b);
+  if (j >= e.kv_len) return;
+  GT *g = which == 0 ? dk : dv;
+  if (!g) return;
+  const int used = (e.q_len + ATTNT_BWD_ROWS - 1) / ATTNT_BWD_ROWS;
+  float acc = 0.0f;
+  for (int ch = 0; ch < used; ch++) acc += partial[((i64)b * chunks + ch) * 2 * KV * D + rest];
+  attn_store1(g + (e.kv_start + j) * r.d + c, which == 0 ? acc * r.scale : acc);
+}
+
+#endif
