@@ -411,6 +411,14 @@ static void print_summary(const Trainer *t, const LoopResult *r) {
     printf("  step time %.3f ms; %.1f TFLOP/s useful (IR FLOPs over real lengths); Local MFU "
            "%.2f%% of the %.0f TFLOP/s datasheet peak\n",
            1e3 * secs / (double)r->steps, tflops, peak > 0 ? 100 * tflops / peak : 0, peak);
+    const TrainerTimes *tt = trainer_times(t);
+    if (tt->steps > 0) {
+      double per = 1e3 / (double)tt->steps;
+      printf("  per step: the GPU ran %.3f ms; the host launched for %.3f ms, made the next "
+             "batch in %.3f ms, prepared its upload in %.3f ms and waited %.3f ms for the GPU\n",
+             per * tt->device_s, per * tt->launch_s, per * tt->batch_s, per * tt->upload_s,
+             per * tt->wait_s);
+    }
   }
   fflush(stdout);
 }

@@ -30,8 +30,11 @@
 // a separate stream. The label is Bernoulli(sigmoid(score)); synth_teacher_prob gives that
 // probability, the Bayes-optimal prediction (a perfect model reaches NE ~ 0.7).
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checked.h"
 #include "internal_error.h"
@@ -42,6 +45,8 @@ enum {
   UDIM = 8,                // dims of the teacher's id vectors
   CALIBRATION_EXAMPLES = 1024,
   CALIBRATION_BATCH = 256,
+  SYNTH_MAX_THREADS = 8,            // threads that make one batch
+  SYNTH_PARALLEL_VALUES = 16384,    // fewer ids and rows than this: one thread
 };
 
 static const double ZIPF_S = 1.05;
@@ -225,9 +230,9 @@ static int64_t draw_id(const IdGen *ig, Rng *r, int topic) {
   return rank;
 }
 
-// Fills every feature but the labels (which are set to 0) with examples [first, first + B)
-// of the stream `seed`.
-static void fill_features(const Synth *g, uint64_t seed, int64_t first, Batch *b) {
+// The lengths of examples [first, first + B) of the stream `seed`, and room for every
+// feature's values (the labels are set to 0 with the rest, by fill_examples).
+static void fill_lengths(const Synth *g, uint64_t seed, int64_t first, Batch *b) {
   const Schema *s = g->s;
   int64_t B = b->B;
   for (int j = 0; j < s->njagged; j++) {
@@ -239,7 +244,16 @@ static void fill_features(const Synth *g, uint64_t seed, int64_t first, Batch *b
   for (int f = 0; f < s->nfeatures; f++) {
     const Feature *ft = &s->features[f];
     batch_reserve(b, f, (ft->jag >= 0 ? b->total[ft->jag] : B) * ft->width);
-    for (int64_t k = 0; k < B; k++) {
+  }
+}
+
+// Every feature but the labels (set to 0) of batch examples [k0, k1), after fill_lengths.
+static void fill_examples(const Synth *g, uint64_t seed, int64_t first, Batch *b, int64_t k0,
+                          int64_t k1) {
+  const Schema *s = g->s;
+  for (int f = 0; f < s->nfeatures; f++) {
+    const Feature *ft = &s->features[f];
+    for (int64_t k = k0; k < k1; k++) {
       int64_t i = first + k;
       Rng r = stream(seed, i, STREAM_FEATURE, (uint32_t)f);
       int64_t at = ft->jag >= 0 ? b->offsets[ft->jag][k] : k;
@@ -260,6 +274,11 @@ static void fill_features(const Synth *g, uint64_t seed, int64_t first, Batch *b
       }
     }
   }
+}
+
+static void fill_features(const Synth *g, uint64_t seed, int64_t first, Batch *b) {
+  fill_lengths(g, seed, first, b);
+  fill_examples(g, seed, first, b, 0, b->B);
 }
 
 // --- the teacher --------------------------------------------------------------------------
@@ -536,17 +555,67 @@ void synth_free(Synth *g) {
   free(g);
 }
 
-void synth_batch(Synth *g, int64_t first, Batch *b) {
-  fill_features(g, g->cfg.seed, first, b);
-  if (g->nlabels == 0) return;
-  for (int64_t k = 0; k < b->B; k++) {
-    raw_terms(g, b, k, g->seq, g->raw);
+// The labels of batch examples [k0, k1), with scratch seq [nfeatures] and raw [nterms].
+static void label_examples(const Synth *g, int64_t first, Batch *b, int64_t k0, int64_t k1,
+                           SeqSummary *seq, double *raw) {
+  for (int64_t k = k0; k < k1; k++) {
+    raw_terms(g, b, k, seq, raw);
     for (int f = 0; f < g->s->nfeatures; f++) {
       int slot = g->label_slot[f];
       if (slot < 0) continue;
-      double p = sigmoid(score_of(g, g->raw, slot));
+      double p = sigmoid(score_of(g, raw, slot));
       Rng r = stream(g->cfg.seed, first + k, STREAM_LABEL, (uint32_t)f);
       b->values[f][k] = rng_uniform(&r) < p ? 1.0f : 0.0f;
     }
+  }
+}
+
+// One thread's share of a batch: examples [k0, k1).
+typedef struct SynthShare {
+  const Synth *g;
+  Batch *b;
+  int64_t first, k0, k1;
+  SeqSummary *seq;
+  double *raw;
+} SynthShare;
+
+static void *synth_share(void *arg) {
+  SynthShare *w = arg;
+  fill_examples(w->g, w->g->cfg.seed, w->first, w->b, w->k0, w->k1);
+  if (w->g->nlabels > 0) label_examples(w->g, w->first, w->b, w->k0, w->k1, w->seq, w->raw);
+  return NULL;
+}
+
+// Every example is a function of its index alone, so threads can split a batch by examples:
+// the result does not depend on how many there are.
+static int synth_threads(int64_t B, int64_t values) {
+  if (values < SYNTH_PARALLEL_VALUES || B < 2) return 1;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  int n = cores < 1 ? 1 : cores > SYNTH_MAX_THREADS ? SYNTH_MAX_THREADS : (int)cores;
+  return n > B ? (int)B : n;
+}
+
+void synth_batch(Synth *g, int64_t first, Batch *b) {
+  fill_lengths(g, g->cfg.seed, first, b);
+  int64_t values = b->B;
+  for (int j = 0; j < b->njagged; j++) values += b->total[j];
+  int n = synth_threads(b->B, values);
+  SynthShare share[SYNTH_MAX_THREADS];
+  pthread_t thread[SYNTH_MAX_THREADS];
+  bool started[SYNTH_MAX_THREADS] = {false};
+  for (int w = 0; w < n; w++) {
+    share[w] = (SynthShare){g, b, first, b->B * w / n, b->B * (w + 1) / n, g->seq, g->raw};
+    if (w > 0) {  // thread 0 is this one, with g's scratch
+      share[w].seq = xcalloc((size_t)g->s->nfeatures, sizeof *share[w].seq);
+      share[w].raw = xcalloc((size_t)(g->nterms > 0 ? g->nterms : 1), sizeof *share[w].raw);
+      started[w] = pthread_create(&thread[w], NULL, synth_share, &share[w]) == 0;
+    }
+  }
+  synth_share(&share[0]);
+  for (int w = 1; w < n; w++) {
+    if (started[w]) pthread_join(thread[w], NULL);
+    else synth_share(&share[w]);  // no thread: do its share here
+    free(share[w].seq);
+    free(share[w].raw);
   }
 }

@@ -73,6 +73,7 @@ struct Trainer {
   TaskMetrics *eval_tasks;
   double *teacher_ne;
   double step_seconds;
+  TrainerTimes times;  // where the GPU steps' wall time went
   double flops;          // useful FLOPs of this run's steps
 
   // The cuda backend: the session, whether the next training batch is already uploaded
@@ -619,6 +620,7 @@ static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_siz
 // while this one runs, the next batch is made and uploaded (the copy stream overlaps it with
 // compute), then the loss and the probabilities are read back.
 static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
+  double t0 = now_seconds();
   if (!t->gpu_prefetched &&
       (!next_training_batch(t, err, err_size) ||
        !gpu_session_set_batch(t->gpu, &t->batch, err, err_size)))
@@ -626,13 +628,25 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   t->flops += step_flops(t->ir, &t->batch, true);
   for (int k = 0; k < t->ntasks; k++)
     memcpy(t->gpu_labels[k], task_labels(t, k), (size_t)t->B * sizeof(float));
+  double t1 = now_seconds();
   if (!gpu_session_launch(t->gpu, true, t->step + 1, err, err_size)) return false;
+  double t2 = now_seconds();
   t->cursor += t->B;
-  t->gpu_prefetched = next_training_batch(t, err, err_size) &&
-                      gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
+  bool made = next_training_batch(t, err, err_size);
+  double t3 = now_seconds();
+  t->gpu_prefetched = made && gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
   t->cursor -= t->B;
+  double t4 = now_seconds();
   double l;
   if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
+  double t5 = now_seconds();
+  t->times.steps++;
+  t->times.launch_s += t2 - t1;
+  t->times.batch_s += t3 - t2;
+  t->times.upload_s += t4 - t3;
+  t->times.wait_s += t5 - t4;
+  t->times.other_s += t1 - t0;
+  t->times.device_s += 1e-3 * gpu_session_device_ms(t->gpu);
   if (test_nan(t)) l = NAN;
   // The update ran with the step; training stops here, and nothing is saved after it.
   if (!isfinite(l)) return guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size);
@@ -1025,6 +1039,7 @@ int64_t trainer_eval_examples(const Trainer *t) { return t->eval_count; }
 int64_t trainer_train_examples(const Trainer *t) { return t->synth ? 0 : t->train_span; }
 const Optim *trainer_dense_optim(const Trainer *t) { return &t->dense_optim; }
 double trainer_step_seconds(const Trainer *t) { return t->step_seconds; }
+const TrainerTimes *trainer_times(const Trainer *t) { return &t->times; }
 const char *trainer_device(const Trainer *t) { return t->gpu ? gpu_session_device(t->gpu) : NULL; }
 double trainer_flops(const Trainer *t) { return t->flops; }
 double trainer_peak_tflops(const Trainer *t) {

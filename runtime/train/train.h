@@ -137,6 +137,14 @@ int64_t trainer_param_count(const Trainer *t, int64_t *in_tables);  // learned s
 int64_t trainer_eval_examples(const Trainer *t);
 int64_t trainer_train_examples(const Trainer *t);   // data file: the training split; 0: synthetic
 const Optim *trainer_dense_optim(const Trainer *t); // after overrides
+// Where the wall time of the GPU steps went (plain steps; --on-nan skip steps are not split):
+// each step launches its kernels, makes the next batch and enqueues its upload while the GPU
+// runs, then waits for the step to end. device_s sums the steps' CUDA-event times.
+typedef struct TrainerTimes {
+  int64_t steps;
+  double launch_s, batch_s, upload_s, wait_s, other_s, device_s;
+} TrainerTimes;
+const TrainerTimes *trainer_times(const Trainer *t);
 double trainer_step_seconds(const Trainer *t);      // wall time spent in trainer_step this run
 // The cuda backend: the device ("NVIDIA H200 (sm_90a, ...)"), or NULL on the CPU backend.
 const char *trainer_device(const Trainer *t);
