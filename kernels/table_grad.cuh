@@ -1,126 +1,149 @@
-// table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics.
-// The occurrences of a table's ids in one batch (every lookup, in use order, then position
-// order) are grouped by id in five integer passes:
-//   count       count[id] += 1 for every occurrence (integer atomics: order-independent)
-//   scan_blocks exclusive scans of count and of (count > 0) inside each block of SCAN_TILE rows
-//   scan_totals one thread scans the block totals and writes U, the distinct ids
-//   scan_add    per table row: its segment start and distinct rank; lists the distinct ids
-//   scatter     each occurrence lands in its id's segment (in any order)
-//   sort        each segment is put back in occurrence order (rank by counting), so the
-//               generated apply kernel sums every id's rows in the CPU executor's order
-// The generated kernel `<table>_grad_apply` then sums and applies the optimizer per row.
+// table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics, in
+// time that grows with the batch's occurrences, never with the table's rows. The occurrences of
+// a table's ids in one batch (every lookup, in use order, then position order) are sorted by
+// id with a stable LSD radix sort of RADIX_BITS bits a pass (as many passes as the table's row
+// count needs), their positions carried along, so each id's occurrences stay in occurrence
+// order and the generated apply kernel sums every id's rows in the CPU executor's order:
+//   radix_init     keys = the ids (as int), vals = 0, 1, 2, ...
+//   radix_count    per tile of RADIX_TILE occurrences, how many fall in each digit bucket
+//   scan_ints      one block: the exclusive scan of those counts, bucket-major over the tiles
+//   radix_scatter  every occurrence to its bucket's next place (a stable pass)
+// then the runs of equal ids become the distinct list:
+//   runs_count     per tile, the occurrences that start a run
+//   scan_ints      their exclusive scan, and U (the distinct ids) into the rows header
+//   runs_list      per run: its id after U in the header, and where it begins
+//   runs_length    per run: how many occurrences it has
+// A tile is walked by one warp, 32 occurrences at a time in order: __match_any_sync finds the
+// lanes with the same digit, and a lane's place among them is the count of lower lanes. Every
+// pass is integer arithmetic in a fixed order, so reruns are bit-identical.
 
-enum { SCAN_THREADS = 1024, SCAN_ITEMS = 4, SCAN_TILE = SCAN_THREADS * SCAN_ITEMS };
+enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_count(int *__restrict__ count, const i64 *__restrict__ occ_ids, i64 n) {
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) atomicAdd(&count[occ_ids[i]], 1);
-}
-
-// block_totals[2 * block] = occurrences in the block, [2 * block + 1] = distinct ids in it.
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
-table_grad_scan_blocks(int *__restrict__ seg_start, int *__restrict__ distinct_rank,
-                       i64 *__restrict__ block_totals, const int *__restrict__ count,
-                       i64 rows) {
-  __shared__ int part_occ[SCAN_THREADS], part_distinct[SCAN_THREADS];
-  i64 base = (i64)blockIdx.x * SCAN_TILE + (i64)threadIdx.x * SCAN_ITEMS;
-  int occ = 0, distinct = 0;
-  for (int k = 0; k < SCAN_ITEMS; k++) {
-    i64 r = base + k;
-    int c = r < rows ? count[r] : 0;
-    occ += c;
-    distinct += c > 0;
-  }
-  part_occ[threadIdx.x] = occ;
-  part_distinct[threadIdx.x] = distinct;
-  __syncthreads();
-  // Hillis-Steele inclusive scan over the per-thread sums.
-  for (int off = 1; off < SCAN_THREADS; off *= 2) {
-    int o = threadIdx.x >= off ? part_occ[threadIdx.x - off] : 0;
-    int d = threadIdx.x >= off ? part_distinct[threadIdx.x - off] : 0;
-    __syncthreads();
-    part_occ[threadIdx.x] += o;
-    part_distinct[threadIdx.x] += d;
-    __syncthreads();
-  }
-  int run_occ = part_occ[threadIdx.x] - occ, run_distinct = part_distinct[threadIdx.x] - distinct;
-  for (int k = 0; k < SCAN_ITEMS; k++) {
-    i64 r = base + k;
-    if (r >= rows) break;
-    int c = count[r];
-    seg_start[r] = run_occ;
-    distinct_rank[r] = run_distinct;
-    run_occ += c;
-    run_distinct += c > 0;
-  }
-  if (threadIdx.x == SCAN_THREADS - 1) {
-    block_totals[2 * blockIdx.x] = part_occ[threadIdx.x];
-    block_totals[2 * blockIdx.x + 1] = part_distinct[threadIdx.x];
-  }
-}
-
-// One thread: block totals to exclusive block offsets, in place; U to rows_header[0].
-extern "C" __global__ void __launch_bounds__(32)
-table_grad_scan_totals(i64 *__restrict__ block_totals, i64 *__restrict__ rows_header,
-                       i64 nblocks) {
-  if (threadIdx.x != 0 || blockIdx.x != 0) return;
-  i64 occ = 0, distinct = 0;
-  for (i64 b = 0; b < nblocks; b++) {
-    i64 o = block_totals[2 * b], d = block_totals[2 * b + 1];
-    block_totals[2 * b] = occ;
-    block_totals[2 * b + 1] = distinct;
-    occ += o;
-    distinct += d;
-  }
-  rows_header[0] = distinct;
-}
-
-// Per table row with occurrences: its global segment start, and the distinct-id lists.
-// count[r] is reset to 0 so that scatter can reuse it as the fill counter.
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_scan_add(int *__restrict__ seg_start, i64 *__restrict__ rows_tensor,
-                    int *__restrict__ distinct_begin, int *__restrict__ distinct_count,
-                    int *__restrict__ count, const int *__restrict__ distinct_rank,
-                    const i64 *__restrict__ block_totals, i64 rows) {
-  i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  int c = count[r];
-  if (c == 0) return;
-  i64 block = r / SCAN_TILE;
-  int start = seg_start[r] + (int)block_totals[2 * block];
-  int rank = distinct_rank[r] + (int)block_totals[2 * block + 1];
-  seg_start[r] = start;
-  rows_tensor[1 + rank] = r;  // the ids follow the count U
-  distinct_begin[rank] = start;
-  distinct_count[rank] = c;
-  count[r] = 0;
-}
+__device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
+__device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
 
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_scatter(int *__restrict__ perm, int *__restrict__ fill,
-                   const int *__restrict__ seg_start, const i64 *__restrict__ occ_ids, i64 n) {
+table_grad_radix_init(int *__restrict__ keys, int *__restrict__ vals, const i64 *__restrict__ occ_ids,
+                      i64 n) {
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  i64 id = occ_ids[i];
-  int slot = seg_start[id] + atomicAdd(&fill[id], 1);
-  perm[slot] = (int)i;
+  keys[i] = (int)occ_ids[i];
+  vals[i] = (int)i;
 }
 
-// One warp per distinct id: the rank of each occurrence among its segment's is its place, so
-// `sorted` lists every segment in occurrence order whatever order scatter left it in. Cost
-// grows with the square of a segment's length (a TODO: a radix sort for very hot ids).
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_sort(int *__restrict__ sorted, const int *__restrict__ perm,
-                const int *__restrict__ distinct_begin, const int *__restrict__ distinct_count,
-                const i64 *__restrict__ rows_header, i64 max_distinct) {
-  i64 d = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
-  int lane = threadIdx.x % WARP_SIZE;
-  if (d >= max_distinct || d >= rows_header[0]) return;
-  int begin = distinct_begin[d], n = distinct_count[d];
-  for (int e = lane; e < n; e += WARP_SIZE) {
-    int mine = perm[begin + e], rank = 0;
-    for (int f = 0; f < n; f++) rank += perm[begin + f] < mine;
-    sorted[begin + rank] = mine;
+// counts[b * tiles + t]: the occurrences of tile t whose digit (key >> shift) is b.
+extern "C" __global__ void __launch_bounds__(32)
+table_grad_radix_count(int *__restrict__ counts, const int *__restrict__ keys, i64 n, i64 shift) {
+  __shared__ int in_bucket[RADIX_BUCKETS];
+  const int lane = threadIdx.x;
+  if (lane < RADIX_BUCKETS) in_bucket[lane] = 0;
+  __syncwarp();
+  const i64 first = (i64)blockIdx.x * RADIX_TILE;
+  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
+    i64 i = first + g + lane;
+    int digit = i < n ? (keys[i] >> shift) & (RADIX_BUCKETS - 1) : RADIX_BUCKETS;  // past n: none
+    unsigned same = __match_any_sync(0xffffffffu, digit);
+    if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
+    __syncwarp();
   }
+  if (lane < RADIX_BUCKETS) counts[(i64)lane * radix_tiles(n) + blockIdx.x] = in_bucket[lane];
+}
+
+// x[0, per_tile · tiles of n) becomes its exclusive scan, in place; *total gets the sum. One
+// block.
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 per_tile) {
+  __shared__ int part[SCAN_THREADS];
+  const i64 count = per_tile * radix_tiles(n);
+  const i64 per = (count + SCAN_THREADS - 1) / SCAN_THREADS, lo = threadIdx.x * per;
+  const i64 hi = lo + per < count ? lo + per : count;
+  int mine = 0;
+  for (i64 k = lo; k < hi; k++) mine += x[k];
+  part[threadIdx.x] = mine;
+  __syncthreads();
+  for (int off = 1; off < SCAN_THREADS; off *= 2) {  // Hillis-Steele, inclusive
+    int o = threadIdx.x >= off ? part[threadIdx.x - off] : 0;
+    __syncthreads();
+    part[threadIdx.x] += o;
+    __syncthreads();
+  }
+  int run = part[threadIdx.x] - mine;
+  for (i64 k = lo; k < hi; k++) {
+    int c = x[k];
+    x[k] = run;
+    run += c;
+  }
+  if (threadIdx.x == SCAN_THREADS - 1) *total = part[threadIdx.x];
+}
+
+// One stable pass: occurrence i of tile t goes to starts[digit * tiles + t] plus the number of
+// the tile's earlier occurrences with its digit.
+extern "C" __global__ void __launch_bounds__(32)
+table_grad_radix_scatter(int *__restrict__ keys_out, int *__restrict__ vals_out,
+                         const int *__restrict__ keys, const int *__restrict__ vals,
+                         const int *__restrict__ starts, i64 n, i64 shift) {
+  __shared__ int next[RADIX_BUCKETS];
+  const int lane = threadIdx.x;
+  if (lane < RADIX_BUCKETS) next[lane] = starts[(i64)lane * radix_tiles(n) + blockIdx.x];
+  __syncwarp();
+  const i64 first = (i64)blockIdx.x * RADIX_TILE;
+  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
+    i64 i = first + g + lane;
+    int key = i < n ? keys[i] : 0;
+    int digit = i < n ? (key >> shift) & (RADIX_BUCKETS - 1) : RADIX_BUCKETS;
+    unsigned same = __match_any_sync(0xffffffffu, digit);
+    if (digit < RADIX_BUCKETS) {
+      int at = next[digit] + __popc(same & radix_lanes_below(lane));
+      keys_out[at] = key;
+      vals_out[at] = vals[i];
+    }
+    __syncwarp();
+    if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) next[digit] += __popc(same);
+    __syncwarp();
+  }
+}
+
+__device__ __forceinline__ bool run_starts(const int *keys, i64 i, i64 n) {
+  return i < n && (i == 0 || keys[i] != keys[i - 1]);
+}
+
+// runs[t]: the occurrences of tile t (of the sorted keys) that start a run of equal ids.
+extern "C" __global__ void __launch_bounds__(32)
+table_grad_runs_count(int *__restrict__ runs, const int *__restrict__ keys, i64 n) {
+  const i64 first = (i64)blockIdx.x * RADIX_TILE;
+  int in_tile = 0;
+  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE)
+    in_tile += __popc(__ballot_sync(0xffffffffu, run_starts(keys, first + g + threadIdx.x, n)));
+  if (threadIdx.x == 0) runs[blockIdx.x] = in_tile;
+}
+
+// Run r (from the scanned runs of the tiles): rows_tensor[1 + r] = its id, distinct_begin[r] =
+// where it begins in the sorted order.
+extern "C" __global__ void __launch_bounds__(32)
+table_grad_runs_list(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
+                     const int *__restrict__ keys, const int *__restrict__ runs, i64 n) {
+  const int lane = threadIdx.x;
+  const i64 first = (i64)blockIdx.x * RADIX_TILE;
+  int rank = runs[blockIdx.x];
+  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
+    i64 i = first + g + lane;
+    bool starts = run_starts(keys, i, n);
+    unsigned ballot = __ballot_sync(0xffffffffu, starts);
+    if (starts) {
+      int r = rank + __popc(ballot & radix_lanes_below(lane));
+      rows_tensor[1 + r] = keys[i];  // the ids follow the count U
+      distinct_begin[r] = (int)i;
+    }
+    rank += __popc(ballot);
+  }
+}
+
+// distinct_count[r]: the length of run r, for r < U = rows_header[0].
+extern "C" __global__ void __launch_bounds__(256)
+table_grad_runs_length(int *__restrict__ distinct_count, const int *__restrict__ distinct_begin,
+                       const i64 *__restrict__ rows_header, i64 n) {
+  i64 r = (i64)blockIdx.x * blockDim.x + threadIdx.x, distinct = rows_header[0];
+  if (r >= distinct) return;
+  i64 end = r + 1 < distinct ? distinct_begin[r + 1] : n;
+  distinct_count[r] = (int)(end - distinct_begin[r]);
 }

@@ -7,6 +7,7 @@
 //                   dy rows in occurrence order (the CPU executor's order: same bits) and
 //                   applies the table's optimizer (row-wise Adagrad or SGD) to that row:
 //                   deterministic, no float atomics.
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -112,16 +113,19 @@ static bool lower_table_grad(Lower *L, int node) {
 #define SCRATCH(var, suffix, bytes) \
   snprintf(sname, sizeof sname, "%s.grad.%s", tn, suffix); \
   int var = lower_new_scratch(L, sname, bytes)
+  if (rows > INT32_MAX)
+    return lower_fail(L, node, "table %s has %lld rows; the gradient's sort takes at most %d",
+                      tn, (long long)rows, INT32_MAX);
   SCRATCH(occ_ids, "occ_ids", sym_scale(occ, 8));
-  SCRATCH(count, "count", sym_const(rows * 4));
-  SCRATCH(seg_start, "seg_start", sym_const(rows * 4));
-  SCRATCH(rank, "distinct_rank", sym_const(rows * 4));
-  int64_t nblocks = (rows + 4095) / 4096;
-  SCRATCH(totals, "block_totals", sym_const(nblocks * 16));
+  SCRATCH(keys0, "keys0", sym_scale(occ, 4));
+  SCRATCH(vals0, "vals0", sym_scale(occ, 4));
+  SCRATCH(keys1, "keys1", sym_scale(occ, 4));
+  SCRATCH(vals1, "vals1", sym_scale(occ, 4));
+  // RADIX_BUCKETS counts per tile of 1024 occurrences: at most n / 16 + 64 bytes.
+  SCRATCH(counts, "bucket_counts", sym_add(occ, sym_const(64)));
+  SCRATCH(scan_total, "scan_total", sym_const(8));
   SCRATCH(dbegin, "distinct_begin", sym_scale(occ, 4));
   SCRATCH(dcount, "distinct_count", sym_scale(occ, 4));
-  SCRATCH(perm, "perm", sym_scale(occ, 4));
-  SCRATCH(sorted, "sorted", sym_scale(occ, 4));
 #undef SCRATCH
 
   // 1. gather the ids of every lookup, in use order.
@@ -145,53 +149,70 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_end(&kb, b.data);
   sb_free(&b);
 
-  // 2..6: the integer passes, hand-written kernels (kernels/table_grad.cuh) shared by every
-  // table; kb_end_existing checks each launch's arguments against the kernel's parameters.
-  LaunchArg count_arg = {.kind = ARG_SCRATCH, .tensor = -1, .slot = count, .jag = -1, .tiles = -1};
-  Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
-  z->zero_arg = count_arg;
-  z->zero_bytes = sym_const(rows * 4);
-  kb_begin_existing(&kb, L, node, "table_grad_count", occ, 256, 256);
-  kb_scratch(&kb, "int", "count", count, true);
+  // 2. a stable radix sort of the occurrences by id, RADIX_BITS (4) bits a pass, as many passes
+  // as the row count needs; then the runs of equal ids. The warp kernels take a tile of 1024
+  // occurrences a block. Hand-written kernels
+  // (kernels/table_grad.cuh) shared by every table; kb_end_existing checks each launch's
+  // arguments against the kernel's parameters. Nothing here walks the table's rows.
+  int id_bits = 0;
+  while (id_bits < 31 && ((int64_t)1 << id_bits) < rows) id_bits++;
+  int passes = id_bits <= 4 ? 1 : (id_bits + 3) / 4;
+  kb_begin_existing(&kb, L, node, "table_grad_radix_init", occ, 256, 256);
+  kb_scratch(&kb, "int", "keys", keys0, true);
+  kb_scratch(&kb, "int", "vals", vals0, true);
   kb_scratch(&kb, "i64", "occ_ids", occ_ids, false);
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_scan_blocks", sym_const(nblocks), 1, 1024);
-  kb_scratch(&kb, "int", "seg_start", seg_start, true);
-  kb_scratch(&kb, "int", "distinct_rank", rank, true);
-  kb_scratch(&kb, "i64", "block_totals", totals, true);
-  kb_scratch(&kb, "int", "count", count, false);
-  kb_size(&kb, "rows", sym_const(rows));
+  int keys_in = keys0, vals_in = vals0, keys_out = keys1, vals_out = vals1;
+  for (int pass = 0; pass < passes; pass++) {
+    kb_begin_existing(&kb, L, node, "table_grad_radix_count", occ, 1024, 32);
+    kb_scratch(&kb, "int", "counts", counts, true);
+    kb_scratch(&kb, "int", "keys", keys_in, false);
+    kb_size(&kb, "n", occ);
+    kb_int(&kb, "shift", 4 * pass);
+    kb_end_existing(&kb);
+    kb_begin_existing(&kb, L, node, "table_grad_scan_ints", sym_const(1), 1, 1024);
+    kb_scratch(&kb, "int", "x", counts, true);
+    kb_scratch(&kb, "i64", "total", scan_total, true);
+    kb_size(&kb, "n", occ);
+    kb_int(&kb, "per_tile", 16);
+    kb_end_existing(&kb);
+    kb_begin_existing(&kb, L, node, "table_grad_radix_scatter", occ, 1024, 32);
+    kb_scratch(&kb, "int", "keys_out", keys_out, true);
+    kb_scratch(&kb, "int", "vals_out", vals_out, true);
+    kb_scratch(&kb, "int", "keys", keys_in, false);
+    kb_scratch(&kb, "int", "vals", vals_in, false);
+    kb_scratch(&kb, "int", "starts", counts, false);
+    kb_size(&kb, "n", occ);
+    kb_int(&kb, "shift", 4 * pass);
+    kb_end_existing(&kb);
+    int k = keys_in, v = vals_in;
+    keys_in = keys_out, vals_in = vals_out, keys_out = k, vals_out = v;
+  }
+  int sorted = vals_in;  // occurrence indices grouped by id, each group in occurrence order
+  kb_begin_existing(&kb, L, node, "table_grad_runs_count", occ, 1024, 32);
+  kb_scratch(&kb, "int", "runs", counts, true);
+  kb_scratch(&kb, "int", "keys", keys_in, false);
+  kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_scan_totals", sym_const(1), 1, 32);
-  kb_scratch(&kb, "i64", "block_totals", totals, true);
-  kb_tensor_typed(&kb, "i64", "rows_header", n->out, true);
-  kb_size(&kb, "nblocks", sym_const(nblocks));
+  kb_begin_existing(&kb, L, node, "table_grad_scan_ints", sym_const(1), 1, 1024);
+  kb_scratch(&kb, "int", "x", counts, true);
+  kb_tensor_typed(&kb, "i64", "total", n->out, true);
+  kb_size(&kb, "n", occ);
+  kb_int(&kb, "per_tile", 1);
   kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_scan_add", sym_const(rows), 256, 256);
-  kb_scratch(&kb, "int", "seg_start", seg_start, true);
+  kb_begin_existing(&kb, L, node, "table_grad_runs_list", occ, 1024, 32);
   kb_tensor_typed(&kb, "i64", "rows_tensor", n->out, true);
   kb_scratch(&kb, "int", "distinct_begin", dbegin, true);
-  kb_scratch(&kb, "int", "distinct_count", dcount, true);
-  kb_scratch(&kb, "int", "count", count, true);
-  kb_scratch(&kb, "int", "distinct_rank", rank, false);
-  kb_scratch(&kb, "i64", "block_totals", totals, false);
-  kb_size(&kb, "rows", sym_const(rows));
-  kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_scatter", occ, 256, 256);
-  kb_scratch(&kb, "int", "perm", perm, true);
-  kb_scratch(&kb, "int", "fill", count, true);
-  kb_scratch(&kb, "int", "seg_start", seg_start, false);
-  kb_scratch(&kb, "i64", "occ_ids", occ_ids, false);
+  kb_scratch(&kb, "int", "keys", keys_in, false);
+  kb_scratch(&kb, "int", "runs", counts, false);
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_sort", sym_scale(occ, 32), 256, 256);
-  kb_scratch(&kb, "int", "sorted", sorted, true);
-  kb_scratch(&kb, "int", "perm", perm, false);
+  kb_begin_existing(&kb, L, node, "table_grad_runs_length", occ, 256, 256);
+  kb_scratch(&kb, "int", "distinct_count", dcount, true);
   kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
-  kb_scratch(&kb, "int", "distinct_count", dcount, false);
   kb_tensor_typed(&kb, "i64", "rows_header", n->out, false);
-  kb_size(&kb, "max_distinct", occ);
+  kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
 
   // 7. one block per distinct id: sum in occurrence order, write the rows, apply the optimizer.

@@ -3,7 +3,8 @@
 // thread, the blocks of a grid one after another, __syncthreads as a std::barrier over the
 // block, warp shuffles through a per-warp buffer between two warp barriers, atomics as
 // __atomic builtins. Real concurrency, so a missing barrier or a racy write can show up.
-// defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync, atomics
+// defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync,
+//          __match_any_sync, __ballot_sync, __popc, __ffs, atomics
 #include <barrier>
 #include <cstdint>
 #include <thread>
@@ -39,6 +40,27 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int off) {
   __syncwarp();
   return r;
 }
+// The lanes of this thread's warp that hold the same v (a bit per lane), and the lanes whose
+// pred is true, through the same buffer.
+inline unsigned warp_lanes_where(bool (*same)(double, double), double v) {
+  int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  int lanes = (int)blockDim.x - w * 32 < 32 ? (int)blockDim.x - w * 32 : 32;
+  warp_buf[w][l] = v;
+  __syncwarp();
+  unsigned m = 0;
+  for (int k = 0; k < lanes; k++)
+    if (same(warp_buf[w][k], v)) m |= 1u << k;
+  __syncwarp();
+  return m;
+}
+inline unsigned __match_any_sync(unsigned, int v) {
+  return warp_lanes_where([](double a, double b) { return a == b; }, (double)v);
+}
+inline unsigned __ballot_sync(unsigned, bool pred) {
+  return warp_lanes_where([](double a, double) { return a != 0.0; }, pred ? 1.0 : 0.0);
+}
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 // The rounded fp32 intrinsics (never fused into an fma; neither is plain C++ here).
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fadd_rn(float a, float b) { return a + b; }

@@ -19,20 +19,30 @@ int main(int argc, char **argv) {
   std::vector<bf16_t> tab0(ROWS * D); for (auto &x : tab0) x = bf16_encode((float)(uni() * 2 - 1));
   std::vector<bf16_t> tab = tab0;
   std::vector<float> rowsum(ROWS, 0.f);
-  i64 nblocks = (ROWS + 4095) / 4096;
-  std::vector<i64> occ(n); std::vector<int> count(ROWS, 0), seg(ROWS), rank(ROWS), dbeg(n), dcnt(n), perm(n), sorted(n);
-  std::vector<long long> totals(2 * nblocks);
+  std::vector<i64> occ(n), scan_total(1);
+  std::vector<int> keys0(n), vals0(n), keys1(n), vals1(n), counts(n + 64), dbeg(n), dcnt(n);
   std::vector<char> rows(8 + n * (8 + 4 * D));
   i64 *hdr = (i64 *)rows.data();
   auto grid = [](i64 size, i64 per) { return (unsigned)((size + per - 1) / per); };
+  int bits = 0;
+  while (bits < 31 && ((i64)1 << bits) < ROWS) bits++;
+  int passes = bits <= 4 ? 1 : (bits + 3) / 4;  // as lower_sparse.c plans them
   launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(occ.data(), ids.data(), n); });
-  launch(grid(n, 256), 256, [&] { table_grad_count(count.data(), occ.data(), n); });
-  launch(nblocks, 1024, [&] { table_grad_scan_blocks(seg.data(), rank.data(), totals.data(), count.data(), ROWS); });
-  launch(1, 32, [&] { table_grad_scan_totals(totals.data(), hdr, nblocks); });
-  launch(grid(ROWS, 256), 256, [&] { table_grad_scan_add(seg.data(), hdr, dbeg.data(), dcnt.data(), count.data(), rank.data(), totals.data(), ROWS); });
-  launch(grid(n, 256), 256, [&] { table_grad_scatter(perm.data(), count.data(), seg.data(), occ.data(), n); });
-  launch(grid(32 * n, 256), 256, [&] { table_grad_sort(sorted.data(), perm.data(), dbeg.data(), dcnt.data(), hdr, n); });
-  launch(n, 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted.data(), dbeg.data(), dcnt.data(), dy.data(), n, n); });
+  launch(grid(n, 256), 256, [&] { table_grad_radix_init(keys0.data(), vals0.data(), occ.data(), n); });
+  int *kin = keys0.data(), *vin = vals0.data(), *kout = keys1.data(), *vout = vals1.data();
+  for (int p = 0; p < passes; p++) {
+    launch(grid(n, 1024), 32, [&] { table_grad_radix_count(counts.data(), kin, n, 4 * p); });
+    launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), scan_total.data(), n, 16); });
+    launch(grid(n, 1024), 32, [&] { table_grad_radix_scatter(kout, vout, kin, vin, counts.data(), n, 4 * p); });
+    std::swap(kin, kout);
+    std::swap(vin, vout);
+  }
+  int *sorted = vin;
+  launch(grid(n, 1024), 32, [&] { table_grad_runs_count(counts.data(), kin, n); });
+  launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), hdr, n, 1); });
+  launch(grid(n, 1024), 32, [&] { table_grad_runs_list(hdr, dbeg.data(), kin, counts.data(), n); });
+  launch(grid(n, 256), 256, [&] { table_grad_runs_length(dcnt.data(), dbeg.data(), hdr, n); });
+  launch(n, 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dcnt.data(), dy.data(), n, n); });
   // reference
   i64 U = 0; int bad = 0;
   const i64 *gids = hdr + 1; const float *gv = (const float *)(gids + n);

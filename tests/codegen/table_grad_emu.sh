@@ -2,7 +2,8 @@
 # tests/codegen/table_grad_emu.sh: the deterministic table gradient, checked without a GPU.
 # Emits tests/golden/codegen_small.gem, extracts the generated gather and apply kernels of
 # @tagt, compiles them with kernels/table_grad.cuh over cuda_on_cpu.h (C++20, std::thread)
-# and runs them on several batches (one id, none, many duplicates, ids across 3 scan blocks);
+# and runs them on several batches (one id, none, many duplicates, several 1024-occurrence
+# tiles, one to five radix passes);
 # every result must equal the CPU reference bit for bit. Skips when no C++20 compiler exists.
 #   tests/codegen/table_grad_emu.sh [GEMC]
 set -u
@@ -22,7 +23,7 @@ if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -o "$tmp/emu" te
   cat "$tmp/cxx.err"; exit 1
 fi
 fail=0
-for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000"; do
+for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000" "1100 70 70" "300 100000 100000"; do
   # shellcheck disable=SC2086
   if out=$("$tmp/emu" $args); then echo "PASS table_grad_emu $out"; else echo "FAIL table_grad_emu $out"; fail=1; fi
 done
