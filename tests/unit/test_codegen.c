@@ -173,9 +173,12 @@ static void test_codegen_fuses_add_rmsnorm_and_elementwise_act(void **state) {
 
 static void test_codegen_table_grad_has_no_float_atomics(void **state) {
   Fixture *f = *state;
-  // The only atomics are the two integer ones of the id grouping (count, scatter).
-  assert_int_equal(count(f->p.source, "atomicAdd("), 2);
-  assert_null(strstr(f->p.source, "atomicAdd(&grad"));
+  // The id grouping is a radix sort: no atomics at all, and no pass over the table's rows.
+  assert_int_equal(count(f->p.source, "atomicAdd("), 0);
+  assert_non_null(find_kernel(&f->p, "table_grad_radix_scatter"));
+  assert_non_null(find_kernel(&f->p, "table_grad_runs_list"));
+  assert_null(find_kernel(&f->p, "table_grad_sort"));
+  assert_null(find_kernel(&f->p, "table_grad_count"));
   assert_non_null(find_kernel(&f->p, "table_grad_apply_items"));
   assert_non_null(strstr(f->p.source, "rowsum[row] = state"));
 }
