@@ -113,13 +113,10 @@ static bool lower_table_grad(Lower *L, int node) {
 #define SCRATCH(var, suffix, bytes) \
   snprintf(sname, sizeof sname, "%s.grad.%s", tn, suffix); \
   int var = lower_new_scratch(L, sname, bytes)
-  if (rows > INT32_MAX)
-    return lower_fail(L, node, "table %s has %lld rows; the gradient's sort takes at most %d",
-                      tn, (long long)rows, INT32_MAX);
   SCRATCH(occ_ids, "occ_ids", sym_scale(occ, 8));
-  SCRATCH(keys0, "keys0", sym_scale(occ, 4));
+  SCRATCH(keys0, "keys0", sym_scale(occ, 8));
   SCRATCH(vals0, "vals0", sym_scale(occ, 4));
-  SCRATCH(keys1, "keys1", sym_scale(occ, 4));
+  SCRATCH(keys1, "keys1", sym_scale(occ, 8));
   SCRATCH(vals1, "vals1", sym_scale(occ, 4));
   // RADIX_BUCKETS counts per tile of 1024 occurrences: at most n / 16 + 64 bytes.
   SCRATCH(counts, "bucket_counts", sym_add(occ, sym_const(64)));
@@ -155,10 +152,10 @@ static bool lower_table_grad(Lower *L, int node) {
   // (kernels/table_grad.cuh) shared by every table; kb_end_existing checks each launch's
   // arguments against the kernel's parameters. Nothing here walks the table's rows.
   int id_bits = 0;
-  while (id_bits < 31 && ((int64_t)1 << id_bits) < rows) id_bits++;
+  while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
   int passes = id_bits <= 4 ? 1 : (id_bits + 3) / 4;
   kb_begin_existing(&kb, L, node, "table_grad_radix_init", occ, 256, 256);
-  kb_scratch(&kb, "int", "keys", keys0, true);
+  kb_scratch(&kb, "i64", "keys", keys0, true);
   kb_scratch(&kb, "int", "vals", vals0, true);
   kb_scratch(&kb, "i64", "occ_ids", occ_ids, false);
   kb_size(&kb, "n", occ);
@@ -167,7 +164,7 @@ static bool lower_table_grad(Lower *L, int node) {
   for (int pass = 0; pass < passes; pass++) {
     kb_begin_existing(&kb, L, node, "table_grad_radix_count", occ, 1024, 32);
     kb_scratch(&kb, "int", "counts", counts, true);
-    kb_scratch(&kb, "int", "keys", keys_in, false);
+    kb_scratch(&kb, "i64", "keys", keys_in, false);
     kb_size(&kb, "n", occ);
     kb_int(&kb, "shift", 4 * pass);
     kb_end_existing(&kb);
@@ -178,9 +175,9 @@ static bool lower_table_grad(Lower *L, int node) {
     kb_int(&kb, "per_tile", 16);
     kb_end_existing(&kb);
     kb_begin_existing(&kb, L, node, "table_grad_radix_scatter", occ, 1024, 32);
-    kb_scratch(&kb, "int", "keys_out", keys_out, true);
+    kb_scratch(&kb, "i64", "keys_out", keys_out, true);
     kb_scratch(&kb, "int", "vals_out", vals_out, true);
-    kb_scratch(&kb, "int", "keys", keys_in, false);
+    kb_scratch(&kb, "i64", "keys", keys_in, false);
     kb_scratch(&kb, "int", "vals", vals_in, false);
     kb_scratch(&kb, "int", "starts", counts, false);
     kb_size(&kb, "n", occ);
@@ -192,7 +189,7 @@ static bool lower_table_grad(Lower *L, int node) {
   int sorted = vals_in;  // occurrence indices grouped by id, each group in occurrence order
   kb_begin_existing(&kb, L, node, "table_grad_runs_count", occ, 1024, 32);
   kb_scratch(&kb, "int", "runs", counts, true);
-  kb_scratch(&kb, "int", "keys", keys_in, false);
+  kb_scratch(&kb, "i64", "keys", keys_in, false);
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
   kb_begin_existing(&kb, L, node, "table_grad_scan_ints", sym_const(1), 1, 1024);
@@ -204,7 +201,7 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_begin_existing(&kb, L, node, "table_grad_runs_list", occ, 1024, 32);
   kb_tensor_typed(&kb, "i64", "rows_tensor", n->out, true);
   kb_scratch(&kb, "int", "distinct_begin", dbegin, true);
-  kb_scratch(&kb, "int", "keys", keys_in, false);
+  kb_scratch(&kb, "i64", "keys", keys_in, false);
   kb_scratch(&kb, "int", "runs", counts, false);
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);

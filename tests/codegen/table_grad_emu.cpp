@@ -20,16 +20,18 @@ int main(int argc, char **argv) {
   std::vector<bf16_t> tab = tab0;
   std::vector<float> rowsum(ROWS, 0.f);
   std::vector<i64> occ(n), scan_total(1);
-  std::vector<int> keys0(n), vals0(n), keys1(n), vals1(n), counts(n + 64), dbeg(n), dcnt(n);
+  std::vector<i64> keys0(n), keys1(n);
+  std::vector<int> vals0(n), vals1(n), counts(n + 64), dbeg(n), dcnt(n);
   std::vector<char> rows(8 + n * (8 + 4 * D));
   i64 *hdr = (i64 *)rows.data();
   auto grid = [](i64 size, i64 per) { return (unsigned)((size + per - 1) / per); };
   int bits = 0;
-  while (bits < 31 && ((i64)1 << bits) < ROWS) bits++;
+  while (bits < 62 && ((i64)1 << bits) < ROWS) bits++;
   int passes = bits <= 4 ? 1 : (bits + 3) / 4;  // as lower_sparse.c plans them
   launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(occ.data(), ids.data(), n); });
   launch(grid(n, 256), 256, [&] { table_grad_radix_init(keys0.data(), vals0.data(), occ.data(), n); });
-  int *kin = keys0.data(), *vin = vals0.data(), *kout = keys1.data(), *vout = vals1.data();
+  i64 *kin = keys0.data(), *kout = keys1.data();
+  int *vin = vals0.data(), *vout = vals1.data();
   for (int p = 0; p < passes; p++) {
     launch(grid(n, 1024), 32, [&] { table_grad_radix_count(counts.data(), kin, n, 4 * p); });
     launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), scan_total.data(), n, 16); });

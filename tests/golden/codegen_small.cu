@@ -943,7 +943,7 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
 // id with a stable LSD radix sort of RADIX_BITS bits a pass (as many passes as the table's row
 // count needs), their positions carried along, so each id's occurrences stay in occurrence
 // order and the generated apply kernel sums every id's rows in the CPU executor's order:
-//   radix_init     keys = the ids (as int), vals = 0, 1, 2, ...
+//   radix_init     keys = the ids, vals = 0, 1, 2, ...
 //   radix_count    per tile of RADIX_TILE occurrences, how many fall in each digit bucket
 //   scan_ints      one block: the exclusive scan of those counts, bucket-major over the tiles
 //   radix_scatter  every occurrence to its bucket's next place (a stable pass)
@@ -962,17 +962,17 @@ __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) 
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
 
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_radix_init(int *__restrict__ keys, int *__restrict__ vals, const i64 *__restrict__ occ_ids,
+table_grad_radix_init(i64 *__restrict__ keys, int *__restrict__ vals, const i64 *__restrict__ occ_ids,
                       i64 n) {
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  keys[i] = (int)occ_ids[i];
+  keys[i] = occ_ids[i];
   vals[i] = (int)i;
 }
 
 // counts[b * tiles + t]: the occurrences of tile t whose digit (key >> shift) is b.
 extern "C" __global__ void __launch_bounds__(32)
-table_grad_radix_count(int *__restrict__ counts, const int *__restrict__ keys, i64 n, i64 shift) {
+table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i64 n, i64 shift) {
   __shared__ int in_bucket[RADIX_BUCKETS];
   const int lane = threadIdx.x;
   if (lane < RADIX_BUCKETS) in_bucket[lane] = 0;
@@ -980,7 +980,7 @@ table_grad_radix_count(int *__restrict__ counts, const int *__restrict__ keys, i
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
     i64 i = first + g + lane;
-    int digit = i < n ? (keys[i] >> shift) & (RADIX_BUCKETS - 1) : RADIX_BUCKETS;  // past n: none
+    int digit = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
@@ -1018,8 +1018,8 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
 // One stable pass: occurrence i of tile t goes to starts[digit * tiles + t] plus the number of
 // the tile's earlier occurrences with its digit.
 extern "C" __global__ void __launch_bounds__(32)
-table_grad_radix_scatter(int *__restrict__ keys_out, int *__restrict__ vals_out,
-                         const int *__restrict__ keys, const int *__restrict__ vals,
+table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
+                         const i64 *__restrict__ keys, const int *__restrict__ vals,
                          const int *__restrict__ starts, i64 n, i64 shift) {
   __shared__ int next[RADIX_BUCKETS];
   const int lane = threadIdx.x;
@@ -1028,8 +1028,8 @@ table_grad_radix_scatter(int *__restrict__ keys_out, int *__restrict__ vals_out,
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
     i64 i = first + g + lane;
-    int key = i < n ? keys[i] : 0;
-    int digit = i < n ? (key >> shift) & (RADIX_BUCKETS - 1) : RADIX_BUCKETS;
+    i64 key = i < n ? keys[i] : 0;
+    int digit = i < n ? (int)((key >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS) {
       int at = next[digit] + __popc(same & radix_lanes_below(lane));
@@ -1042,13 +1042,13 @@ table_grad_radix_scatter(int *__restrict__ keys_out, int *__restrict__ vals_out,
   }
 }
 
-__device__ __forceinline__ bool run_starts(const int *keys, i64 i, i64 n) {
+__device__ __forceinline__ bool run_starts(const i64 *keys, i64 i, i64 n) {
   return i < n && (i == 0 || keys[i] != keys[i - 1]);
 }
 
 // runs[t]: the occurrences of tile t (of the sorted keys) that start a run of equal ids.
 extern "C" __global__ void __launch_bounds__(32)
-table_grad_runs_count(int *__restrict__ runs, const int *__restrict__ keys, i64 n) {
+table_grad_runs_count(int *__restrict__ runs, const i64 *__restrict__ keys, i64 n) {
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int in_tile = 0;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE)
@@ -1060,7 +1060,7 @@ table_grad_runs_count(int *__restrict__ runs, const int *__restrict__ keys, i64 
 // where it begins in the sorted order.
 extern "C" __global__ void __launch_bounds__(32)
 table_grad_runs_list(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
-                     const int *__restrict__ keys, const int *__restrict__ runs, i64 n) {
+                     const i64 *__restrict__ keys, const int *__restrict__ runs, i64 n) {
   const int lane = threadIdx.x;
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int rank = runs[blockIdx.x];
