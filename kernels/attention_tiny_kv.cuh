@@ -28,7 +28,7 @@ template <int D, int DH> struct AttntLanes {
     G = DH / F,                      // lanes per head
     BL = (DH < 32 ? DH : 32) / F,    // lanes per mxfp8 block along a head
   };
-  static_assert(D % 32 == 0 && DH % F == 0 && (DH <= 32 || (DH % 32 == 0 && 32 % F == 0)),
+  static_assert(D % 32 == 0 && 32 % F == 0 && DH % F == 0,
                 "attention_tiny_kv: the blocks of 32 features must be whole lanes");
 };
 
@@ -88,16 +88,6 @@ template <int F, int BL> __device__ __forceinline__ void attnt_mx_lanes(float *x
   for (int f = 0; f < F; f++) x[f] = e4m3_round(x[f] * inv) * scale;
 }
 
-// mxfp8 of n <= 32 values in place (one block: a row of P or dS along the keys).
-template <int N> __device__ __forceinline__ void attnt_mx_values(float *v, int n) {
-  float amax = 0.0f;
-  for (int j = 0; j < N; j++)
-    if (j < n) amax = fmaxf(amax, attnq_finite_abs(v[j]));
-  int e = mx_block_exponent(amax);
-  float inv = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);
-  for (int j = 0; j < N; j++) v[j] = j < n ? e4m3_round(v[j] * inv) * scale : 0.0f;
-}
-
 // One example's keys in shared memory, quantized as the executor does: `heads` copies along
 // each head's features (blocks of 32), `cols` copies down each column (one block of the
 // example's kv rows). Rows past the example's keys are 0. Called by every thread of the CTA.
@@ -120,7 +110,7 @@ __device__ __forceinline__ void attnt_stage_cols(float *dst, const KT *__restric
   for (int c = threadIdx.x; c < D; c += blockDim.x) {
     float v[KV];
     for (int j = 0; j < KV; j++) v[j] = j < e.kv_len ? attn_to_float(x[(e.kv_start + j) * d + c]) : 0.0f;
-    attnt_mx_values<KV>(v, e.kv_len);
+    attnq_mx_block(v, KV, 1);  // the zeros past kv_len change no amax
     for (int j = 0; j < KV; j++) dst[j * D + c] = v[j];
   }
 }
@@ -133,28 +123,31 @@ __device__ __forceinline__ void attnt_scores(float *s, const float *qh, const fl
   for (int j = 0; j < KV; j++) {
     float part = 0.0f;
     for (int f = 0; f < F; f++) part += qh[f] * kh[j * D + f0 + f];
-    s[j] = j < kv_len ? attnt_group_sum<G>(part) * scale : 0.0f;
+    float sum = attnt_group_sum<G>(part) * scale;  // every lane takes part
+    s[j] = j < kv_len ? sum : 0.0f;
   }
 }
 
-// Softmax statistics of a row in the executor's order (attnq_row_stats): the max, then the sum
-// of exp(s - max) key by key, then one reciprocal; dot = sum of dP · P when dp is given.
+// P of a row (0 past kv_len), as attnq_prob forms it: softmax in the executor's order (the max,
+// then exp(s - max) key by key into the sum, then one reciprocal), else act(s) · inv_norm in
+// double. Returns the softmax statistics {max, 1/sum, 0} (unused otherwise).
 template <int KV, int ACT>
-__device__ __forceinline__ AttnqRow attnt_row_stats(const float *s, const float *dp, int kv_len) {
+__device__ __forceinline__ AttnqRow attnt_probs(float *p, const float *s, int kv_len,
+                                                double inv_norm) {
   AttnqRow st = {-ATTN_INF, 0.0f, 0.0f};
-  if (ACT != ATTN_ACT_SOFTMAX) return st;
+  if (ACT != ATTN_ACT_SOFTMAX) {
+    for (int j = 0; j < KV; j++) p[j] = j < kv_len ? attnq_prob<ACT>(s[j], st, inv_norm) : 0.0f;
+    return st;
+  }
   for (int j = 0; j < KV; j++)
     if (j < kv_len) st.m = j == 0 || s[j] > st.m ? s[j] : st.m;
   float sum = 0.0f;
-  for (int j = 0; j < KV; j++)
-    if (j < kv_len) sum += (float)exp((double)(s[j] - st.m));
-  st.inv = kv_len > 0 ? 1.0f / sum : 0.0f;
-  if (dp) {
-    float dot = 0.0f;
-    for (int j = 0; j < KV; j++)
-      if (j < kv_len) dot += dp[j] * attnq_prob<ACT>(s[j], st, 1.0);
-    st.dot = dot;
+  for (int j = 0; j < KV; j++) {
+    p[j] = j < kv_len ? (float)exp((double)(s[j] - st.m)) : 0.0f;
+    sum += p[j];
   }
+  st.inv = kv_len > 0 ? 1.0f / sum : 0.0f;
+  for (int j = 0; j < KV; j++) p[j] *= st.inv;
   return st;
 }
 
@@ -191,10 +184,9 @@ __device__ __forceinline__ void attnt_forward(OT *__restrict__ out, const QT *__
     attnt_mx_lanes<F, BL>(qh);
     float s[KV];
     attnt_scores<D, DH, KV>(s, qh, kh, f0, e.kv_len, r.scale);
-    const AttnqRow st = attnt_row_stats<KV, ACT>(s, (const float *)0, e.kv_len);
     float p[KV];
-    for (int j = 0; j < KV; j++) p[j] = j < e.kv_len ? attnq_prob<ACT>(s[j], st, inv_norm) : 0.0f;
-    attnt_mx_values<KV>(p, e.kv_len);
+    attnt_probs<KV, ACT>(p, s, e.kv_len, inv_norm);
+    attnq_mx_block(p, KV, 1);
     float acc[F];
     for (int f = 0; f < F; f++) acc[f] = 0.0f;
     for (int j = 0; j < KV; j++)
@@ -211,14 +203,10 @@ __device__ __forceinline__ void attnt_forward(OT *__restrict__ out, const QT *__
 // block's Q and dO again quantized down their columns, and sums dK = quant_cols(dS)ᵀ · Qr and
 // dV = quant_cols(P)ᵀ · dOr. The CTA's sums go to partial[(b · chunks + i0 / 256)][2][KV][D].
 
-template <int D, int DH, int KV, int H>
-struct AttntBackwardSmem {
-  enum {
-    KEYS = 3 * KV * D,               // kh, vh, kr
-    PDS = ATTNT_WARPS * 32 * H * KV * 2,  // P and dS of each warp's 32 rows
-    SUM = 2 * KV * D,                // the CTA's dK and dV
-    FLOATS = KEYS + PDS + SUM,
-  };
+// The backward's shared memory, in floats (codegen/attention/emit_attention_tiny_kv.c sizes
+// the launch the same way): kh, vh, kr; {P, dS} of each warp's 32 rows; the CTA's dK and dV.
+template <int D, int KV, int H> struct AttntBackwardSmem {
+  enum { KEYS = 3 * KV * D, PDS = ATTNT_WARPS * 32 * H * KV * 2, SUM = 2 * KV * D };
 };
 
 template <int D, int DH, int KV, int ACT, typename GT, typename QT, typename KT>
@@ -229,10 +217,11 @@ __device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__
                                                int chunks, float *__restrict__ partial) {
   typedef AttntLanes<D, DH> Lanes;
   enum { F = Lanes::F, G = Lanes::G, BL = Lanes::BL, H = D / DH };
-  typedef AttntBackwardSmem<D, DH, KV, H> Smem;
+  typedef AttntBackwardSmem<D, KV, H> Smem;
   extern __shared__ __align__(16) unsigned char attn_smem[];
   float *kh = (float *)attn_smem, *vh = kh + KV * D, *kr = vh + KV * D;
-  float *pds_all = kr + KV * D, *sum = pds_all + Smem::PDS;
+  float2 *pds_all = (float2 *)(kh + Smem::KEYS);
+  float *sum = (float *)pds_all + Smem::PDS;
   const int *tile = tiles + 3 * blockIdx.x;
   const int b = tile[0], i0 = tile[1];
   if (b < 0) return;
@@ -243,7 +232,7 @@ __device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__
   __syncthreads();
   const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE, f0 = lane * F;
   const int head = lane / G;
-  float *pds = pds_all + warp * 32 * H * KV * 2;  // [row][head][key][P, dS]
+  float2 *pds = pds_all + warp * 32 * H * KV;  // [row][head][key] {P, dS}
   const int first = i0 + warp * 32;
   int n = e.q_len - first;
   n = n < 0 ? 0 : (n > 32 ? 32 : n);
@@ -264,19 +253,15 @@ __device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__
     float s[KV], dp[KV];
     attnt_scores<D, DH, KV>(s, qh, kh, f0, e.kv_len, r.scale);
     attnt_scores<D, DH, KV>(dp, doh, vh, f0, e.kv_len, 1.0f);
-    const AttnqRow st = attnt_row_stats<KV, ACT>(s, dp, e.kv_len);
     float p[KV], ds[KV];
-    for (int j = 0; j < KV; j++) {
-      p[j] = j < e.kv_len ? attnq_prob<ACT>(s[j], st, inv_norm) : 0.0f;
+    AttnqRow st = attnt_probs<KV, ACT>(p, s, e.kv_len, inv_norm);
+    for (int j = 0; j < KV; j++) st.dot += dp[j] * p[j];  // softmax: sum of dP · P, key by key
+    for (int j = 0; j < KV; j++)
       ds[j] = j < e.kv_len ? attnq_grad<ACT>(s[j], p[j], dp[j], st, inv_norm) : 0.0f;
-    }
     if (lane % G == 0)
-      for (int j = 0; j < KV; j++) {
-        pds[((ii * H + head) * KV + j) * 2] = p[j];
-        pds[((ii * H + head) * KV + j) * 2 + 1] = ds[j];
-      }
+      for (int j = 0; j < KV; j++) pds[(ii * H + head) * KV + j] = make_float2(p[j], ds[j]);
     if (dq) {
-      attnt_mx_values<KV>(ds, e.kv_len);
+      attnq_mx_block(ds, KV, 1);
       float acc[F];
       for (int f = 0; f < F; f++) acc[f] = 0.0f;
       for (int j = 0; j < KV; j++)
@@ -287,15 +272,11 @@ __device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__
     }
   }
   // Rows of the block past the example's end are zeros of the executor's blocks.
-  for (int t = lane; t < (32 - n) * H * KV * 2; t += WARP_SIZE) pds[n * H * KV * 2 + t] = 0.0f;
+  for (int t = lane; t < (32 - n) * H * KV; t += WARP_SIZE) pds[n * H * KV + t] = make_float2(0.0f, 0.0f);
   __syncwarp();
   // Pass 2: quantize each column of P and of dS (head, key) over the block's 32 rows.
-  for (int t = lane; t < H * KV * 2; t += WARP_SIZE) {
-    float col[32];
-    for (int ii = 0; ii < 32; ii++) col[ii] = pds[ii * H * KV * 2 + t];
-    attnq_mx_block(col, 32, 1);
-    for (int ii = 0; ii < 32; ii++) pds[ii * H * KV * 2 + t] = col[ii];
-  }
+  float *pds_floats = (float *)pds;
+  for (int t = lane; t < H * KV * 2; t += WARP_SIZE) attnq_mx_block(pds_floats + t, 32, H * KV * 2);
   __syncwarp();
   // Pass 3: Q and dO down their columns, and this block's sums of dK and dV.
   float qinv[F], qsc[F], dinv[F], dsc[F];
@@ -317,11 +298,11 @@ __device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__
       dor[f] = e4m3_round(dor[f] * dinv[f]) * dsc[f];
     }
     for (int j = 0; j < KV; j++) {
-      const float pq = pds[((ii * H + head) * KV + j) * 2], dsq = pds[((ii * H + head) * KV + j) * 2 + 1];
-      if (pq != 0.0f)
-        for (int f = 0; f < F; f++) dv[j][f] += pq * dor[f];
-      if (dsq != 0.0f)
-        for (int f = 0; f < F; f++) dk[j][f] += dsq * qr[f];
+      const float2 q = pds[(ii * H + head) * KV + j];  // {P, dS}, quantized down the columns
+      if (q.x != 0.0f)
+        for (int f = 0; f < F; f++) dv[j][f] += q.x * dor[f];
+      if (q.y != 0.0f)
+        for (int f = 0; f < F; f++) dk[j][f] += q.y * qr[f];
     }
   }
   // The CTA's sums, warp by warp in order.

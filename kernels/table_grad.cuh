@@ -3,8 +3,8 @@
 // a table's ids in one batch (every lookup, in use order, then position order) are sorted by
 // id with a stable LSD radix sort of RADIX_BITS bits a pass (as many passes as the table's row
 // count needs), their positions carried along, so each id's occurrences stay in occurrence
-// order and the generated apply kernel sums every id's rows in the CPU executor's order:
-//   radix_init     keys = the ids, vals = 0, 1, 2, ...
+// order and the generated apply kernel sums every id's rows in the CPU executor's order. The
+// generated `table_grad_gather_<table>` writes the input: keys = the ids, vals = 0, 1, 2, ...
 //   radix_count    per tile of RADIX_TILE occurrences, how many fall in each digit bucket
 //   scan_ints      one block: the exclusive scan of those counts, bucket-major over the tiles
 //   radix_scatter  every occurrence to its bucket's next place (a stable pass)
@@ -21,15 +21,6 @@ enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
-
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_radix_init(i64 *__restrict__ keys, int *__restrict__ vals, const i64 *__restrict__ occ_ids,
-                      i64 n) {
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  keys[i] = occ_ids[i];
-  vals[i] = (int)i;
-}
 
 // counts[b * tiles + t]: the occurrences of tile t whose digit (key >> shift) is b.
 extern "C" __global__ void __launch_bounds__(32)

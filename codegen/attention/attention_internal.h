@@ -66,8 +66,15 @@ void attn_offsets(KernelBuilder *kb, const AttnNode *a);
 // "  AttnRows rows = {};" and one assignment per field, from the offsets parameters and the
 // node's constants.
 void attn_rows_value(StrBuf *body, const AttnNode *a);
-// A tile list over query tiles of `rows` rows, or (kv_side) over key tiles, added to L.
+// A tile list over query tiles of `rows` rows, or (kv_side) over key tiles, added to L; the
+// _heads form with `heads` heads per row tile (1: one entry {b, i0, 0} for all of them).
 int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side);
+int attn_tile_list_heads(Lower *L, const AttnNode *a, int node, int rows, bool kv_side,
+                         int heads);
+// The most rows an example has on the query side (or kv_side): the jagged max or the fixed count.
+int64_t attn_max_rows(const Ir *ir, const AttnNode *a, bool kv_side);
+// a->inv_norm as a double literal for the kernel text ("1.0", "0.20000000000000001").
+void attn_inv_norm_literal(char *buf, size_t cap, const AttnNode *a);
 
 // --- the two emitters -------------------------------------------------------------------
 // bf16, fp16 and fp32 nodes (emit_attention.c) and fp8, mxfp8 ones
@@ -85,9 +92,10 @@ void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv
                                   const char *grad_type, LaunchArg stats);
 bool emit_attention_quantized(Lower *L, int node);
 // mxfp8 over at most 32 keys and no mask (emit_attention_tiny_kv.c): whether its forward (or
-// backward) takes node a, and the emitters; the backward writes dQ, dK and dV (each -1 when not
-// wanted) in one group of launches.
-bool attn_tiny_kv_applies(const Lower *L, const AttnNode *a, bool backward);
+// its backward, with gradient tensors grads = {dQ, dK, dV}, each -1 when not wanted) takes node
+// a, and the emitters; the backward writes the three in one group of launches.
+bool attn_tiny_kv_forward_applies(const Lower *L, const AttnNode *a);
+bool attn_tiny_kv_backward_applies(const Lower *L, const AttnNode *a, const int grads[3]);
 bool emit_attention_tiny_kv_forward(Lower *L, int node, const AttnNode *a);
 bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int dq, int dk,
                                      int dv);

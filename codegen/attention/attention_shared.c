@@ -192,9 +192,10 @@ void attn_rows_value(StrBuf *body, const AttnNode *a) {
   sb_printf(body, "  rows.inv_norm = %s;\n", norm);
 }
 
-int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side) {
+int attn_tile_list_heads(Lower *L, const AttnNode *a, int node, int rows, bool kv_side,
+                         int heads) {
   const Node *n = a->n;
-  TileList t = {.node = node, .tile_q = rows, .tile_kv = 64, .heads = (int)a->heads,
+  TileList t = {.node = node, .tile_q = rows, .tile_kv = 64, .heads = heads,
                 .zigzag = n->sched.zigzag != 2};
   if (!kv_side) {
     t.q_jag = a->q_jag, t.kv_jag = a->kv_jag, t.q_fixed = a->q_fixed, t.kv_fixed = a->kv_fixed;
@@ -204,4 +205,18 @@ int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side
     t.q_jag = a->kv_jag, t.kv_jag = a->q_jag, t.q_fixed = a->kv_fixed, t.kv_fixed = a->q_fixed;
   }
   return lower_new_tiles(L, t);
+}
+
+int attn_tile_list(Lower *L, const AttnNode *a, int node, int rows, bool kv_side) {
+  return attn_tile_list_heads(L, a, node, rows, kv_side, (int)a->heads);
+}
+
+int64_t attn_max_rows(const Ir *ir, const AttnNode *a, bool kv_side) {
+  int jag = kv_side ? a->kv_jag : a->q_jag;
+  return jag >= 0 ? ir->jagged[jag].max_len : kv_side ? a->kv_fixed : a->q_fixed;
+}
+
+void attn_inv_norm_literal(char *buf, size_t cap, const AttnNode *a) {
+  snprintf(buf, cap, "%.17g", a->inv_norm);
+  if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", cap - strlen(buf) - 1);
 }

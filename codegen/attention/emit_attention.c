@@ -168,8 +168,9 @@ static bool emit_backward(Lower *L, int node) {
   KernelBuilder kb;
   StrBuf body = {0};
   bool pma = a.q_shared;  // dQ: one block per (seed tile, head), summing the examples in order
-  int q_tiles = -1;       // dQ's tile list, which the statistics share (PMA: theirs alone)
-  if (who[0] >= 0 && (softmax || !pma)) q_tiles = attn_tile_list(L, &a, node, 64, false);
+  bool sm90 = attn_sm90_backward_applies(L, &a);  // dQ on the sm_90a kernel, with its own list
+  int q_tiles = -1;  // the 64-row list of the mma.sync dQ and of the statistics (PMA: theirs)
+  if (who[0] >= 0 && (softmax || (!pma && !sm90))) q_tiles = attn_tile_list(L, &a, node, 64, false);
 
   if (softmax && who[0] >= 0) {  // lse2 and D per output row and head, over dQ's tiles
     snprintf(kernel, sizeof kernel, "%s_bwd_stats", a.name);
@@ -188,7 +189,6 @@ static bool emit_backward(Lower *L, int node) {
     sb_free(&body);
   }
 
-  bool sm90 = attn_sm90_backward_applies(L, &a);
   if (who[0] >= 0 && sm90 && !pma) {  // dQ on the sm_90a kernel
     emit_attention_backward_sm90(L, node, &a, false, ir->nodes[who[0]].out, -1, gt[0], stats);
   } else if (who[0] >= 0) {  // dQ

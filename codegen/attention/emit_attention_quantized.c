@@ -111,11 +111,6 @@ static void copy_params(KernelBuilder *kb, const char *const *names, const Launc
   for (int i = 0; i < n; i++) kb_workspace(kb, "float", names[i], ws[i], false);
 }
 
-static void inv_norm_literal(char *buf, size_t cap, const AttnNode *a) {
-  snprintf(buf, cap, "%.17g", a->inv_norm);
-  if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", cap - strlen(buf) - 1);
-}
-
 static int tile_smem(const AttnNode *a, int tiles) { return (int)(tiles * 64 * a->dh * 4); }
 
 static bool emit_forward(QEmit *e) {
@@ -130,7 +125,7 @@ static bool emit_forward(QEmit *e) {
   ws[2] = quantized(e, a->v, true, "ATTNQ_KV_ROWS");
   static const char *const names[] = {"qh", "kh", "vr"};
   char kernel[128], norm[48];
-  inv_norm_literal(norm, sizeof norm, a);
+  attn_inv_norm_literal(norm, sizeof norm, a);
   snprintf(kernel, sizeof kernel, "%s_fwd", a->name);
   attn_kernel_comment(L, n, "fwd");
   int tiles = attn_tile_list(L, a, e->node, 64, false);
@@ -164,7 +159,7 @@ static bool emit_dq(QEmit *e, int dq) {
   static const char *const names[] = {"qh", "kh", "vh", "doh", "kr"};
   bool pma = a->q_shared;
   char kernel[128], norm[48];
-  inv_norm_literal(norm, sizeof norm, a);
+  attn_inv_norm_literal(norm, sizeof norm, a);
   snprintf(kernel, sizeof kernel, "%s_bwd_q", a->name);
   attn_kernel_comment(L, n, pma ? "bwd: dQ summed over the batch" : "bwd: dQ");
   KernelBuilder kb;
@@ -208,12 +203,12 @@ static bool emit_dkv(QEmit *e, int dk, int dv) {
   ws[5] = quantized(e, a->dout, true, "ATTNQ_OUT_ROWS");
   static const char *const names[] = {"qh", "kh", "vh", "doh", "qr", "dor"};
   char kernel[128], norm[48];
-  inv_norm_literal(norm, sizeof norm, a);
+  attn_inv_norm_literal(norm, sizeof norm, a);
   LaunchArg stats = workspace(e, a->dout, ATTN_WS_QUANT_STATS, attn_output_rows(a, a->heads * 16));
   KernelBuilder kb;
   StrBuf body = {0};
   if (softmax) {  // {m, 1/sum, dot} per output row and head
-    int64_t max_q = a->q_jag >= 0 ? ir->jagged[a->q_jag].max_len : a->q_fixed;
+    int64_t max_q = attn_max_rows(ir, a, false);
     int64_t q_tiles = (max_q + 63) / 64;
     snprintf(kernel, sizeof kernel, "%s_bwd_stats", a->name);
     attn_kernel_comment(L, n, "bwd: softmax row statistics");
@@ -259,7 +254,7 @@ bool emit_attention_quantized(Lower *L, int node) {
   QEmit e = {.L = L, .node = node, .a = &a, .mx = n->prec == DT_MXFP8};
   if (n->op == OP_ATTENTION) {
     if (!attn_node_shape(ir, n, -1, ir->tensors[n->out].name, &a)) return false;
-    if (attn_tiny_kv_applies(L, &a, false)) return emit_attention_tiny_kv_forward(L, node, &a);
+    if (attn_tiny_kv_forward_applies(L, &a)) return emit_attention_tiny_kv_forward(L, node, &a);
     e.phase = "fwd";
     e.owner = n->out;
     return emit_forward(&e);
@@ -272,14 +267,14 @@ bool emit_attention_quantized(Lower *L, int node) {
   if (!attn_node_shape(ir, n, dout, stem, &a) || !attn_elem_type(ir->tensors[dout].dtype))
     return false;
   e.owner = n->out;
-  if (attn_tiny_kv_applies(L, &a, true)) {  // one group for the three, at the first of them
+  int grads[3];
+  for (int g = 0; g < 3; g++) grads[g] = who[g] >= 0 ? ir->nodes[who[g]].out : -1;
+  if (attn_tiny_kv_backward_applies(L, &a, grads)) {  // one group for the three, at the first
     int first = -1;
     for (int g = 0; g < 3; g++)
       if (who[g] >= 0 && (first < 0 || who[g] < first)) first = who[g];
     if (first != node) return true;
-    int out[3];
-    for (int g = 0; g < 3; g++) out[g] = who[g] >= 0 ? ir->nodes[who[g]].out : -1;
-    return emit_attention_tiny_kv_backward(L, node, &a, out[0], out[1], out[2]);
+    return emit_attention_tiny_kv_backward(L, node, &a, grads[0], grads[1], grads[2]);
   }
   if (n->op == OP_ATTENTION_BWD_Q) {
     if (who[0] != node) return true;

@@ -27,10 +27,7 @@ static bool sm90_shape(const AttnNode *a, int *bn, int *stages) {
   const Schedule *s = &a->n->sched;
   if (s->tile_kv != 0 && s->tile_kv != 64 && s->tile_kv != 128) return false;
   if (s->stages != 0 && (s->stages < 2 || s->stages > 4)) return false;
-  // By default 128 keys a tile, but 64 over a set of at most 64 keys (cross with a tiny KV):
-  // a 128-key tile would be mostly masked, twice the matmul and activation work.
-  bool small_kv = a->kv_jag < 0 && a->kv_fixed > 0 && a->kv_fixed <= 64;
-  *bn = s->tile_kv ? s->tile_kv : small_kv ? 64 : 128;
+  *bn = s->tile_kv ? s->tile_kv : sm90_attn_default_tile_kv(a->kv_jag < 0 ? a->kv_fixed : 0);
   *stages = s->stages;
   if (!*stages) *stages = sm90_attn_forward_stages(a->dh, *bn);
   return forward_smem(a->dh, *bn, *stages) <= SM90_MAX_SMEM;

@@ -11,6 +11,7 @@
 
 #include "attention_internal.h"
 #include "kernels_embedded.h"
+#include "target.h"
 
 enum {
   TINY_MAX_KEYS = 32,        // one mxfp8 block of keys (ATTNT_MAX_KEYS)
@@ -21,41 +22,51 @@ enum {
   TINY_MAX_SMEM = 96 * 1024, // the backward's shared memory
 };
 
-// The most keys any example has: the set's size, or the jagged side's max length.
-static int64_t tiny_keys(const Ir *ir, const AttnNode *a) {
-  return a->kv_jag >= 0 ? ir->jagged[a->kv_jag].max_len : a->kv_fixed;
-}
+static int64_t forward_smem(const AttnNode *a, int64_t keys) { return 4 * 2 * keys * a->d; }
 
 static int64_t backward_smem(const AttnNode *a, int64_t keys) {
   return 4 * (5 * keys * a->d + TINY_WARPS * 32 * a->heads * keys * 2);
 }
 
-bool attn_tiny_kv_applies(const Lower *L, const AttnNode *a, bool backward) {
+// The shape the lane layout needs (kernels/attention_tiny_kv.cuh, AttntLanes): the features of
+// one lane, d/32, divide 32 and dh, and a head dim over 32 is whole blocks of 32. (Then the
+// heads are a power of two dividing 32, and the blocks of 32 fall on lane bounds.)
+static bool tiny_kv_shape(const Lower *L, const AttnNode *a) {
   const Node *n = a->n;
-  int64_t keys = tiny_keys(L->ir, a), lane_features = a->d / 32;
+  const Ir *ir = L->ir;
+  int64_t keys = attn_max_rows(ir, a, true), lane_features = a->d / 32;
   if (n->prec != DT_MXFP8 || a->q_shared || n->mask != MASK_NONE || n->window != 0) return false;
-  if (keys < 1 || keys > TINY_MAX_KEYS || a->d % 32 != 0 || lane_features > 32) return false;
-  if (32 % lane_features != 0 || a->dh % lane_features != 0) return false;  // whole lanes
-  if (a->dh > 32 && a->dh % 32 != 0) return false;  // the 32-feature blocks on lane bounds
-  if (!backward) return true;
-  return keys * lane_features <= TINY_MAX_ACC && backward_smem(a, keys) <= TINY_MAX_SMEM;
+  if (keys < 1 || keys > TINY_MAX_KEYS || a->d % 32 != 0) return false;
+  if (32 % lane_features != 0 || a->dh % lane_features != 0) return false;
+  // The kernels read K, V (and dO) as one element type.
+  const char *vt = attn_elem_type(ir->tensors[a->v].dtype);
+  return vt && strcmp(vt, a->kt) == 0;
+}
+
+bool attn_tiny_kv_forward_applies(const Lower *L, const AttnNode *a) {
+  return tiny_kv_shape(L, a) &&
+         forward_smem(a, attn_max_rows(L->ir, a, true)) <= target_find(L->p->target)->max_smem_per_block;
+}
+
+bool attn_tiny_kv_backward_applies(const Lower *L, const AttnNode *a, const int grads[3]) {
+  const Ir *ir = L->ir;
+  int64_t keys = attn_max_rows(ir, a, true);
+  if (!tiny_kv_shape(L, a) || keys * (a->d / 32) > TINY_MAX_ACC ||
+      backward_smem(a, keys) > TINY_MAX_SMEM)
+    return false;
+  const char *dt = attn_elem_type(ir->tensors[a->dout].dtype), *gt = NULL;
+  if (!dt || strcmp(dt, a->kt) != 0) return false;
+  for (int g = 0; g < 3; g++) {  // dQ, dK and dV of one element type
+    if (grads[g] < 0) continue;
+    const char *t = attn_elem_type(ir->tensors[grads[g]].dtype);
+    if (!t || (gt && strcmp(gt, t) != 0)) return false;
+    gt = t;
+  }
+  return gt != NULL;
 }
 
 static void paste_device_code(Lower *L) {
   if (!strstr(L->src.data, "GEMC_ATTENTION_TINY_KV_CUH")) sb_puts(&L->src, kernel_attention_tiny_kv_cuh);
-}
-
-static void norm_literal(char *buf, size_t cap, const AttnNode *a) {
-  snprintf(buf, cap, "%.17g", a->inv_norm);
-  if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", cap - strlen(buf) - 1);
-}
-
-// Query tiles of `rows` rows over every head at once (entries {b, i0, 0}).
-static int row_tiles(Lower *L, const AttnNode *a, int node, int rows) {
-  TileList t = {.node = node, .tile_q = rows, .tile_kv = 64, .heads = 1,
-                .zigzag = a->n->sched.zigzag != 2, .q_jag = a->q_jag, .kv_jag = a->kv_jag,
-                .q_fixed = a->q_fixed, .kv_fixed = a->kv_fixed};
-  return lower_new_tiles(L, t);
 }
 
 bool emit_attention_tiny_kv_forward(Lower *L, int node, const AttnNode *a) {
@@ -63,16 +74,16 @@ bool emit_attention_tiny_kv_forward(Lower *L, int node, const AttnNode *a) {
   const Node *n = a->n;
   if (!attn_elem_type(ir->tensors[n->out].dtype)) return false;
   paste_device_code(L);
-  int64_t keys = tiny_keys(ir, a);
+  int64_t keys = attn_max_rows(ir, a, true);
   char kernel[128], norm[48], what[160];
-  norm_literal(norm, sizeof norm, a);
+  attn_inv_norm_literal(norm, sizeof norm, a);
   snprintf(kernel, sizeof kernel, "%s_fwd", a->name);
   snprintf(what, sizeof what, "fwd over at most %lld keys: operands quantized in registers, as the "
            "CPU executor quantizes them", (long long)keys);
   attn_kernel_comment(L, n, what);
   KernelBuilder kb;
-  kb_begin_tiles(&kb, L, node, kernel, row_tiles(L, a, node, TINY_FWD_ROWS), TINY_WARPS * 32,
-                 (int)(4 * 2 * keys * a->d));
+  kb_begin_tiles(&kb, L, node, kernel, attn_tile_list_heads(L, a, node, TINY_FWD_ROWS, false, 1),
+                 TINY_WARPS * 32, (int)forward_smem(a, keys));
   kb_tensor_out(&kb, "out", n->out);
   kb_tensor_in(&kb, "q", a->q);
   kb_tensor_in(&kb, "k", a->k);
@@ -92,24 +103,16 @@ bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int 
                                      int dv) {
   const Ir *ir = L->ir;
   const Node *n = a->n;
-  const int grads[3] = {dq, dk, dv};
-  const char *gt = NULL;
-  for (int g = 0; g < 3; g++) {
-    if (grads[g] < 0) continue;
-    const char *t = attn_elem_type(ir->tensors[grads[g]].dtype);
-    if (!t || (gt && strcmp(gt, t) != 0)) return false;
-    gt = t;
-  }
-  if (!gt) return true;  // nothing wanted
+  const char *gt = attn_elem_type(ir->tensors[dq >= 0 ? dq : dk >= 0 ? dk : dv].dtype);
   paste_device_code(L);
-  int64_t keys = tiny_keys(ir, a);
-  int64_t max_q = a->q_jag >= 0 ? ir->jagged[a->q_jag].max_len : a->q_fixed;
+  int64_t keys = attn_max_rows(ir, a, true);
+  int64_t max_q = attn_max_rows(ir, a, false);
   int64_t chunks = (max_q + TINY_BWD_ROWS - 1) / TINY_BWD_ROWS;
   if (chunks < 1) chunks = 1;
   LaunchArg partial = lower_workspace_arg(a->dout, ATTN_WS_TINY_PARTIAL, ir->nodes[node].out,
                                           (SymSize){0, chunks * 2 * keys * a->d * 4, 0, -1});
   char kernel[128], norm[48], what[200], dq_arg[48], dk_arg[48], dv_arg[48];
-  norm_literal(norm, sizeof norm, a);
+  attn_inv_norm_literal(norm, sizeof norm, a);
   snprintf(dq_arg, sizeof dq_arg, dq >= 0 ? "dq" : "(%s *)0", gt);
   snprintf(dk_arg, sizeof dk_arg, dk >= 0 ? "dk" : "(%s *)0", gt);
   snprintf(dv_arg, sizeof dv_arg, dv >= 0 ? "dv" : "(%s *)0", gt);
@@ -119,8 +122,8 @@ bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int 
            "chunk of %d query rows", (long long)keys, TINY_BWD_ROWS);
   attn_kernel_comment(L, n, what);
   KernelBuilder kb;
-  kb_begin_tiles(&kb, L, node, kernel, row_tiles(L, a, node, TINY_BWD_ROWS), TINY_WARPS * 32,
-                 (int)backward_smem(a, keys));
+  kb_begin_tiles(&kb, L, node, kernel, attn_tile_list_heads(L, a, node, TINY_BWD_ROWS, false, 1),
+                 TINY_WARPS * 32, (int)backward_smem(a, keys));
   if (dq >= 0) kb_tensor_out(&kb, "dq", dq);
   kb_tensor_in(&kb, "q", a->q);
   kb_tensor_in(&kb, "k", a->k);

@@ -113,7 +113,6 @@ static bool lower_table_grad(Lower *L, int node) {
 #define SCRATCH(var, suffix, bytes) \
   snprintf(sname, sizeof sname, "%s.grad.%s", tn, suffix); \
   int var = lower_new_scratch(L, sname, bytes)
-  SCRATCH(occ_ids, "occ_ids", sym_scale(occ, 8));
   SCRATCH(keys0, "keys0", sym_scale(occ, 8));
   SCRATCH(vals0, "vals0", sym_scale(occ, 4));
   SCRATCH(keys1, "keys1", sym_scale(occ, 8));
@@ -125,12 +124,13 @@ static bool lower_table_grad(Lower *L, int node) {
   SCRATCH(dcount, "distinct_count", sym_scale(occ, 4));
 #undef SCRATCH
 
-  // 1. gather the ids of every lookup, in use order.
+  // 1. gather the ids of every lookup, in use order, with their positions: the sort's input.
   snprintf(name, sizeof name, "table_grad_gather_%s", id);
-  lower_comment(L, node, "gather the ids of every lookup");
+  lower_comment(L, node, "gather the ids of every lookup and their positions");
   KernelBuilder kb;
   kb_begin(&kb, L, node, name, occ, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
-  kb_scratch(&kb, "i64", "occ_ids", occ_ids, true);
+  kb_scratch(&kb, "i64", "keys", keys0, true);
+  kb_scratch(&kb, "int", "vals", vals0, true);
   StrBuf b = {0};
   sb_puts(&b, "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup\n");
   for (int k = 0; k < npairs; k++) {
@@ -141,7 +141,8 @@ static bool lower_table_grad(Lower *L, int node) {
     kb_size(&kb, p, tensor_rows(ir, n->ins[1 + 2 * k]));
   }
   for (int k = 0; k < npairs; k++) {
-    sb_printf(&b, "  if (k < n%d) { occ_ids[i] = ids%d[k]; return; }\n  k -= n%d;\n", k, k, k);
+    sb_printf(&b, "  if (k < n%d) { keys[i] = ids%d[k]; vals[i] = (int)i; return; }\n  k -= n%d;\n",
+              k, k, k);
   }
   kb_end(&kb, b.data);
   sb_free(&b);
@@ -154,12 +155,6 @@ static bool lower_table_grad(Lower *L, int node) {
   int id_bits = 0;
   while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
   int passes = id_bits <= 4 ? 1 : (id_bits + 3) / 4;
-  kb_begin_existing(&kb, L, node, "table_grad_radix_init", occ, 256, 256);
-  kb_scratch(&kb, "i64", "keys", keys0, true);
-  kb_scratch(&kb, "int", "vals", vals0, true);
-  kb_scratch(&kb, "i64", "occ_ids", occ_ids, false);
-  kb_size(&kb, "n", occ);
-  kb_end_existing(&kb);
   int keys_in = keys0, vals_in = vals0, keys_out = keys1, vals_out = vals1;
   for (int pass = 0; pass < passes; pass++) {
     kb_begin_existing(&kb, L, node, "table_grad_radix_count", occ, 1024, 32);

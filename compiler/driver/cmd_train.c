@@ -415,9 +415,10 @@ static void print_summary(const Trainer *t, const LoopResult *r) {
     if (tt->steps > 0) {
       double per = 1e3 / (double)tt->steps;
       printf("  per step: the GPU ran %.3f ms; the host launched for %.3f ms, made the next "
-             "batch in %.3f ms, prepared its upload in %.3f ms and waited %.3f ms for the GPU\n",
+             "batch in %.3f ms, prepared its upload in %.3f ms, waited %.3f ms for the GPU and "
+             "spent %.3f ms on the rest\n",
              per * tt->device_s, per * tt->launch_s, per * tt->batch_s, per * tt->upload_s,
-             per * tt->wait_s);
+             per * tt->wait_s, per * tt->other_s);
     }
   }
   fflush(stdout);

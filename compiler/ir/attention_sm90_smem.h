@@ -4,7 +4,8 @@
 // schedules it accepts), codegen (the launch) and the autotuner (its candidates) share.
 // Header-only; in compiler/ir because all three see that layer.
 // defines: SM90_ATTN_TILE_Q, SM90_ATTN_MAX_SMEM, sm90_attn_forward_smem,
-//          sm90_attn_backward_smem, sm90_attn_forward_stages, sm90_attn_backward_stages
+//          sm90_attn_backward_smem, sm90_attn_default_tile_kv, sm90_attn_forward_stages,
+//          sm90_attn_backward_stages
 #ifndef GEMC_ATTENTION_SM90_SMEM_H
 #define GEMC_ATTENTION_SM90_SMEM_H
 
@@ -24,6 +25,12 @@ static inline int64_t sm90_attn_forward_smem(int64_t dh, int64_t tile_kv, int64_
 // Two resident pairs of 128-row tiles, `stages` streamed pairs of 64 rows, the barriers.
 static inline int64_t sm90_attn_backward_smem(int64_t dh, int64_t stages) {
   return 1024 + 2 * 2 * 128 * dh * 2 + 2 * stages * 64 * dh * 2 + 8 * (4 + 3 * stages);
+}
+
+// The default key tile: 128 keys, but 64 over a set of at most 64 keys (kv_set: the set's size,
+// 0 for a jagged or dense kv), where a 128-key tile would be mostly masked.
+static inline int sm90_attn_default_tile_kv(int64_t kv_set) {
+  return kv_set > 0 && kv_set <= 64 ? 64 : 128;
 }
 
 // The default pipeline depth: as many stages of 2..4 as fit (2 even when they do not).

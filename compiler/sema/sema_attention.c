@@ -58,7 +58,8 @@ static int attention_node(Sema *S, const Call *c, int out, int q, int k, int v,
   n.hstu_norm = a->hstu_norm;
   n.sched = c->sched;
   ir_add_node(S->ir, &n);
-  sema_warn_idle_hints(S, c, d / a->heads);
+  const Tensor *kt = sema_tensor(S, k);
+  sema_warn_idle_hints(S, c, d / a->heads, kt->layout == LAYOUT_SET ? kt->set_k : 0);
   return out;
 }
 

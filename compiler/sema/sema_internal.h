@@ -243,9 +243,9 @@ void sema_check_gelu_hint(Sema *S, const Call *c, Act act);
 // Once the op is lowered: on a matmul op, warns in source order about each hint that has no
 // effect on the generated code yet ("@schedule(stages) has no effect on this op yet"); on an
 // attention op (gdpa, pma), whose `dh` is d / heads (0 for other ops), checks every hint
-// against the kernel that will run it (sema_check_attention_schedule). A hint that drew an
-// error draws no warning.
-void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh);
+// against the kernel that will run it (sema_check_attention_schedule; kv_set: the size of a
+// set kv, 0 otherwise). A hint that drew an error draws no warning.
+void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh, int64_t kv_set);
 // The precision of an op with no annotation: the model default, or bf16 for an op without a
 // matmul under an fp8 or mxfp8 default.
 DType sema_default_precision(const Sema *S, bool has_matmul);
@@ -256,7 +256,8 @@ void sema_note_mxfp8(Sema *S, Loc loc);
 
 // Works out which forward kernel runs attention call c (d / heads = dh) on the target, from
 // its precision, shape and the tile_q / tile_m hints, and refuses each hint value that kernel
-// does not take, listing the ones it does (docs/schedules.md).
-void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh);
+// does not take, listing the ones it does (docs/schedules.md); kv_set (the size of a set kv, else
+// 0) gives the sm_90a kernel's default key tile (sm90_attn_default_tile_kv).
+void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh, int64_t kv_set);
 
 #endif

@@ -174,9 +174,9 @@ Hint sema_next_hint(const Call *c, unsigned *left) {
   return (Hint)h;
 }
 
-void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh) {
+void sema_warn_idle_hints(Sema *S, const Call *c, int64_t dh, int64_t kv_set) {
   if (c->spec->sop == SOP_GDPA || c->spec->sop == SOP_PMA) {
-    sema_check_attention_schedule(S, c, dh);
+    sema_check_attention_schedule(S, c, dh, kv_set);
     return;
   }
   unsigned left = c->hints_set & c->spec->hints & HINTS_NO_EFFECT_YET;  // read without an error
@@ -236,5 +236,5 @@ void sema_apply_annotations(Sema *S, Call *c, const Expr *const *annots, int nan
   if (c->prec == DT_MXFP8) sema_note_mxfp8(S, c->prec_loc);
   c->value_dtype = sema_value_dtype(c->prec);
   // Attention ops check their hints once they know d / heads (sema_attention.c).
-  if (op->sop != SOP_GDPA && op->sop != SOP_PMA) sema_warn_idle_hints(S, c, 0);
+  if (op->sop != SOP_GDPA && op->sop != SOP_PMA) sema_warn_idle_hints(S, c, 0, 0);
 }

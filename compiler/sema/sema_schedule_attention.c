@@ -23,7 +23,7 @@ typedef enum AttnKernel {
 
 // The sm_90a forward's shared memory against the 227 KB a block may have
 // (attention_sm90_smem.h, as codegen and the autotuner compute it).
-enum { SM90_TILE_Q = SM90_ATTN_TILE_Q, SM90_MAX_SMEM = SM90_ATTN_MAX_SMEM, SM90_DEFAULT_TILE_KV = 128 };
+enum { SM90_TILE_Q = SM90_ATTN_TILE_Q, SM90_MAX_SMEM = SM90_ATTN_MAX_SMEM };
 
 // The kernel that runs a call, and how messages name it.
 typedef struct Pick {
@@ -153,11 +153,11 @@ static void refuse_sm90_stages(Sema *S, const Call *c, Values fit, int64_t dh, i
               sm90_attn_forward_smem(dh, 64, v));
 }
 
-void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh) {
+void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh, int64_t kv_set) {
   Pick p = pick_kernel(S, c, dh);
   bool kv_ok = !given(c, HINT_TILE_KV) || has(takes(p.kernel, HINT_TILE_KV, dh, 0),
                                                c->sched.tile_kv);
-  int bn = given(c, HINT_TILE_KV) && kv_ok ? c->sched.tile_kv : SM90_DEFAULT_TILE_KV;
+  int bn = given(c, HINT_TILE_KV) && kv_ok ? c->sched.tile_kv : sm90_attn_default_tile_kv(kv_set);
   unsigned left = c->hints_set & ((1u << HINT_TILE_Q) | (1u << HINT_TILE_KV) |
                                   (1u << HINT_TILE_M) | (1u << HINT_STAGES));
   while (left) {

@@ -62,11 +62,11 @@ static TuneCandidate mma_candidate(int64_t dh, int rows, int warp_rows) {
 }
 
 // The sm_90a kernel's candidates, the compiler's choice first: its key tile (the hint, else
-// 128) with as many stages as fit (or the hint); then 128- and 64-key tiles with 4, 3, 2 stages
+// sm90_attn_default_tile_kv) with as many stages as fit (or the hint); then 128- and 64-key tiles with 4, 3, 2 stages
 // where they fit; then the mma.sync kernel at tile_q = 64 when it can run the node (bf16).
 static void sm90_candidates(TuneOp *op, int64_t dh, bool mma_ok, bool q_jagged) {
   const Schedule *u = &op->user;
-  int bn = u->tile_kv ? u->tile_kv : 128, stages = u->stages;
+  int bn = u->tile_kv ? u->tile_kv : sm90_attn_default_tile_kv(op->c.kv_set), stages = u->stages;
   if (!stages) stages = sm90_attn_forward_stages(dh, bn);
   if (sm90_smem(dh, bn, stages) > SM90_MAX_SMEM) return;  // hints that do not fit: no default
   add_candidate(op, sm90_candidate(dh, bn, stages));

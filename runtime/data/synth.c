@@ -156,8 +156,9 @@ struct Synth {
   int *label_slot;    // [nfeatures]: index among the labels, or -1
   double *alpha;      // [nlabels][nterms]: weights of the standardized terms
   double *bias;       // [nlabels]
-  double *raw;        // scratch: [nterms]
-  SeqSummary *seq;    // scratch: [nfeatures]
+  int threads;        // how many make one large batch (the cores, at most SYNTH_MAX_THREADS)
+  double *raw;        // scratch: [threads][nterms], thread w's at raw + w * nterms
+  SeqSummary *seq;    // scratch: [threads][nfeatures]
 };
 
 void synth_config_default(SynthConfig *cfg) {
@@ -519,12 +520,14 @@ Synth *synth_new(const Schema *s, const SynthConfig *cfg) {
   g->cfg = *cfg;
   g->ids = xcalloc((size_t)s->nfeatures, sizeof *g->ids);
   g->label_slot = xcalloc((size_t)s->nfeatures, sizeof *g->label_slot);
-  g->seq = xcalloc((size_t)s->nfeatures, sizeof *g->seq);
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  g->threads = cores < 1 ? 1 : cores > SYNTH_MAX_THREADS ? SYNTH_MAX_THREADS : (int)cores;
+  g->seq = xcalloc((size_t)g->threads * (size_t)s->nfeatures, sizeof *g->seq);
   for (int f = 0; f < s->nfeatures; f++)
     g->label_slot[f] = s->features[f].kind == FEATURE_LABEL ? g->nlabels++ : -1;
   setup_ids(g);
   setup_terms(g);
-  g->raw = xcalloc((size_t)g->nterms, sizeof *g->raw);
+  g->raw = xcalloc((size_t)g->threads * (size_t)g->nterms, sizeof *g->raw);
   g->alpha = xcalloc((size_t)(g->nlabels * g->nterms), sizeof *g->alpha);
   g->bias = xcalloc((size_t)g->nlabels, sizeof *g->bias);
   if (g->nlabels == 0) return g;
@@ -586,36 +589,25 @@ static void *synth_share(void *arg) {
   return NULL;
 }
 
-// Every example is a function of its index alone, so threads can split a batch by examples:
-// the result does not depend on how many there are.
-static int synth_threads(int64_t B, int64_t values) {
-  if (values < SYNTH_PARALLEL_VALUES || B < 2) return 1;
-  long cores = sysconf(_SC_NPROCESSORS_ONLN);
-  int n = cores < 1 ? 1 : cores > SYNTH_MAX_THREADS ? SYNTH_MAX_THREADS : (int)cores;
-  return n > B ? (int)B : n;
-}
-
+// Every example is a function of its index alone, so threads split a batch by examples (this
+// one takes the first share): the result does not depend on how many there are.
 void synth_batch(Synth *g, int64_t first, Batch *b) {
   fill_lengths(g, g->cfg.seed, first, b);
   int64_t values = b->B;
   for (int j = 0; j < b->njagged; j++) values += b->total[j];
-  int n = synth_threads(b->B, values);
+  int n = values < SYNTH_PARALLEL_VALUES ? 1 : g->threads > b->B ? (int)b->B : g->threads;
   SynthShare share[SYNTH_MAX_THREADS];
   pthread_t thread[SYNTH_MAX_THREADS];
   bool started[SYNTH_MAX_THREADS] = {false};
-  for (int w = 0; w < n; w++) {
-    share[w] = (SynthShare){g, b, first, b->B * w / n, b->B * (w + 1) / n, g->seq, g->raw};
-    if (w > 0) {  // thread 0 is this one, with g's scratch
-      share[w].seq = xcalloc((size_t)g->s->nfeatures, sizeof *share[w].seq);
-      share[w].raw = xcalloc((size_t)(g->nterms > 0 ? g->nterms : 1), sizeof *share[w].raw);
-      started[w] = pthread_create(&thread[w], NULL, synth_share, &share[w]) == 0;
-    }
+  for (int w = n - 1; w >= 0; w--) {
+    share[w] = (SynthShare){g, b, first, b->B * w / n, b->B * (w + 1) / n,
+                            g->seq + (size_t)w * (size_t)g->s->nfeatures,
+                            g->raw + (size_t)w * (size_t)g->nterms};
+    if (w > 0) started[w] = pthread_create(&thread[w], NULL, synth_share, &share[w]) == 0;
   }
   synth_share(&share[0]);
   for (int w = 1; w < n; w++) {
     if (started[w]) pthread_join(thread[w], NULL);
-    else synth_share(&share[w]);  // no thread: do its share here
-    free(share[w].seq);
-    free(share[w].raw);
+    else synth_share(&share[w]);  // no thread: its share runs here
   }
 }

@@ -19,7 +19,7 @@ int main(int argc, char **argv) {
   std::vector<bf16_t> tab0(ROWS * D); for (auto &x : tab0) x = bf16_encode((float)(uni() * 2 - 1));
   std::vector<bf16_t> tab = tab0;
   std::vector<float> rowsum(ROWS, 0.f);
-  std::vector<i64> occ(n), scan_total(1);
+  std::vector<i64> scan_total(1);
   std::vector<i64> keys0(n), keys1(n);
   std::vector<int> vals0(n), vals1(n), counts(n + 64), dbeg(n), dcnt(n);
   std::vector<char> rows(8 + n * (8 + 4 * D));
@@ -28,8 +28,7 @@ int main(int argc, char **argv) {
   int bits = 0;
   while (bits < 62 && ((i64)1 << bits) < ROWS) bits++;
   int passes = bits <= 4 ? 1 : (bits + 3) / 4;  // as lower_sparse.c plans them
-  launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(occ.data(), ids.data(), n); });
-  launch(grid(n, 256), 256, [&] { table_grad_radix_init(keys0.data(), vals0.data(), occ.data(), n); });
+  launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(keys0.data(), vals0.data(), ids.data(), n); });
   i64 *kin = keys0.data(), *kout = keys1.data();
   int *vin = vals0.data(), *vout = vals1.data();
   for (int p = 0; p < passes; p++) {

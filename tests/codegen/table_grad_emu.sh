@@ -3,7 +3,7 @@
 # Emits tests/golden/codegen_small.gem, extracts the generated gather and apply kernels of
 # @tagt, compiles them with kernels/table_grad.cuh over cuda_on_cpu.h (C++20, std::thread)
 # and runs them on several batches (one id, none, many duplicates, several 1024-occurrence
-# tiles, one to five radix passes);
+# tiles; tables of 16, 50 or 70, 3000, 9000 and 100000 rows: 1, 2, 3, 4 and 5 radix passes);
 # every result must equal the CPU reference bit for bit. Skips when no C++20 compiler exists.
 #   tests/codegen/table_grad_emu.sh [GEMC]
 set -u
@@ -23,7 +23,7 @@ if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -o "$tmp/emu" te
   cat "$tmp/cxx.err"; exit 1
 fi
 fail=0
-for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000" "1100 70 70" "300 100000 100000"; do
+for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000" "1100 70 70" "300 100000 100000" "40 16 16" "200 3000 3000"; do
   # shellcheck disable=SC2086
   if out=$("$tmp/emu" $args); then echo "PASS table_grad_emu $out"; else echo "FAIL table_grad_emu $out"; fail=1; fi
 done

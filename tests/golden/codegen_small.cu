@@ -942,8 +942,8 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
 // a table's ids in one batch (every lookup, in use order, then position order) are sorted by
 // id with a stable LSD radix sort of RADIX_BITS bits a pass (as many passes as the table's row
 // count needs), their positions carried along, so each id's occurrences stay in occurrence
-// order and the generated apply kernel sums every id's rows in the CPU executor's order:
-//   radix_init     keys = the ids, vals = 0, 1, 2, ...
+// order and the generated apply kernel sums every id's rows in the CPU executor's order. The
+// generated `table_grad_gather_<table>` writes the input: keys = the ids, vals = 0, 1, 2, ...
 //   radix_count    per tile of RADIX_TILE occurrences, how many fall in each digit bucket
 //   scan_ints      one block: the exclusive scan of those counts, bucket-major over the tiles
 //   radix_scatter  every occurrence to its bucket's next place (a stable pass)
@@ -960,15 +960,6 @@ enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
-
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_radix_init(i64 *__restrict__ keys, int *__restrict__ vals, const i64 *__restrict__ occ_ids,
-                      i64 n) {
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  keys[i] = occ_ids[i];
-  vals[i] = (int)i;
-}
 
 // counts[b * tiles + t]: the occurrences of tile t whose digit (key >> shift) is b.
 extern "C" __global__ void __launch_bounds__(32)
@@ -1087,22 +1078,23 @@ table_grad_runs_length(int *__restrict__ distinct_count, const int *__restrict__
   distinct_count[r] = (int)(end - distinct_begin[r]);
 }
 
-// codegen_small.gem:13:3 table_grad gather the ids of every lookup (bwd)
+// codegen_small.gem:13:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_items(i64 *__restrict__ occ_ids,
+table_grad_gather_items(i64 *__restrict__ keys,
+    int *__restrict__ vals,
     const i64 *__restrict__ ids0,
     i64 n0,
     const i64 *__restrict__ ids1,
     i64 n1) {
 #line 13 "codegen_small.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { occ_ids[i] = ids0[k]; return; }
+  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
-  if (k < n1) { occ_ids[i] = ids1[k]; return; }
+  if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1106 "model.cu"
+#line 1098 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1148,20 +1140,21 @@ table_grad_apply_items(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1152 "model.cu"
+#line 1144 "model.cu"
 
-// codegen_small.gem:14:3 table_grad gather the ids of every lookup (bwd)
+// codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_tagt(i64 *__restrict__ occ_ids,
+table_grad_gather_tagt(i64 *__restrict__ keys,
+    int *__restrict__ vals,
     const i64 *__restrict__ ids0,
     i64 n0) {
 #line 14 "codegen_small.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { occ_ids[i] = ids0[k]; return; }
+  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1165 "model.cu"
+#line 1158 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table tagt  : rows 50;
@@ -1203,7 +1196,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1207 "model.cu"
+#line 1200 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.w (optimizer)
 //     u = linear(c, 16);
@@ -1227,7 +1220,7 @@ adamw_u_linear0_w(float *__restrict__ w,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1231 "model.cu"
+#line 1224 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.b (optimizer)
 //     u = linear(c, 16);

@@ -712,8 +712,8 @@ add_g_grad(float *__restrict__ out,
 // a table's ids in one batch (every lookup, in use order, then position order) are sorted by
 // id with a stable LSD radix sort of RADIX_BITS bits a pass (as many passes as the table's row
 // count needs), their positions carried along, so each id's occurrences stay in occurrence
-// order and the generated apply kernel sums every id's rows in the CPU executor's order:
-//   radix_init     keys = the ids, vals = 0, 1, 2, ...
+// order and the generated apply kernel sums every id's rows in the CPU executor's order. The
+// generated `table_grad_gather_<table>` writes the input: keys = the ids, vals = 0, 1, 2, ...
 //   radix_count    per tile of RADIX_TILE occurrences, how many fall in each digit bucket
 //   scan_ints      one block: the exclusive scan of those counts, bucket-major over the tiles
 //   radix_scatter  every occurrence to its bucket's next place (a stable pass)
@@ -730,15 +730,6 @@ enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
-
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_radix_init(i64 *__restrict__ keys, int *__restrict__ vals, const i64 *__restrict__ occ_ids,
-                      i64 n) {
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  keys[i] = occ_ids[i];
-  vals[i] = (int)i;
-}
 
 // counts[b * tiles + t]: the occurrences of tile t whose digit (key >> shift) is b.
 extern "C" __global__ void __launch_bounds__(32)
@@ -857,18 +848,19 @@ table_grad_runs_length(int *__restrict__ distinct_count, const int *__restrict__
   distinct_count[r] = (int)(end - distinct_begin[r]);
 }
 
-// codegen_variants.gem:13:3 table_grad gather the ids of every lookup (bwd)
+// codegen_variants.gem:13:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_ads(i64 *__restrict__ occ_ids,
+table_grad_gather_ads(i64 *__restrict__ keys,
+    int *__restrict__ vals,
     const i64 *__restrict__ ids0,
     i64 n0) {
 #line 13 "codegen_variants.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { occ_ids[i] = ids0[k]; return; }
+  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 872 "model.cu"
+#line 864 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id, then sgd on the row (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -904,9 +896,9 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 908 "model.cu"
+#line 900 "model.cu"
 
-// codegen_variants.gem:14:3 table_grad gather the ids of every lookup (bwd)
+// codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
 // launches table_grad_gather_ads (the same kernel) with this op's arguments
 
@@ -950,7 +942,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 954 "model.cu"
+#line 946 "model.cu"
 
 // codegen_variants.gem:18:7 sgd @u.linear0.w (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -962,7 +954,7 @@ sgd_u_linear0_w(float *__restrict__ w,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 966 "model.cu"
+#line 958 "model.cu"
 
 // codegen_variants.gem:18:7 sgd @u.linear0.b (optimizer)
 //     u = linear(c, 8) @fp8;

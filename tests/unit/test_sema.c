@@ -1806,6 +1806,7 @@ static void test_sema_unused_table(void **state) {
   X(schedule_tile_not_power_of_two) \
   X(schedule_tile_too_big) \
   X(schedule_stages_range) \
+  X(schedule_sm90_stages_follow_the_default_key_tile) \
   X(schedule_zigzag_value) \
   X(schedule_gelu_value) \
   X(schedule_hint_wrong_op) \
@@ -2552,6 +2553,34 @@ static void test_sema_schedule_attention_hints_checked_against_kernel(void **sta
                  "kernel (this pma runs at mxfp8), found 16");
   // In source order, tile_q before tile_kv.
   assert_true(strstr(R.diags, "17:42: error") < strstr(R.diags, "17:56: error"));
+  release();
+}
+
+// The sm_90a kernel's default key tile is 64 over a set of at most 64 keys, so 3 stages fit at
+// dh 128 there (codegen runs that shape), while a jagged kv's 128-key tiles leave room for 2.
+static void test_sema_schedule_sm90_stages_follow_the_default_key_tile(void **state) {
+  (void)state;
+  compile("model m {\n"
+          "  batch 8;\n"
+          "  dim 256;\n"
+          "  target sm_90a;\n"
+          "  seq hist : id max 10;\n"
+          "  sparse ad : id;\n"
+          "  multihot tags : id max 5;\n"
+          "  label click;\n"
+          "  table items : rows 100;\n"
+          "  table tagt : rows 50;\n"
+          "  h = embed(items, hist);\n"
+          "  a = embed(items, ad);\n"
+          "  t = embed(tagt, tags, pool = mean);\n"
+          "  h = h + gdpa(q = h, kv = stack(a, t), heads = 2) @bf16 @schedule(stages = 3);\n"
+          "  h = h + gdpa(h, heads = 2) @bf16 @schedule(stages = 3);\n"
+          "  loss bce(linear(flatten(pma(h, seeds = 1, heads = 2)), 1), click);\n"
+          "}\n");
+  assert_int_equal(R.d.errors, 1);
+  assert_int_equal(count_of(R.diags, "14:"), 0);  // the set of 2 keys: accepted
+  assert_true(strstr(R.diags, "test.gem:15:") != NULL);
+  assert_true(strstr(R.diags, "tile_kv = 128") != NULL);
   release();
 }
 

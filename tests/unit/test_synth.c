@@ -134,6 +134,34 @@ static void test_synth_windows_agree_with_each_other(void **state) {
   unload(m);
 }
 
+// A batch large enough to be made by several threads (gem_small's 512 examples hold about 100k
+// ids) equals the same examples made 8 at a time, each of those small enough for one thread.
+static void test_synth_threaded_batch_equals_small_batches(void **state) {
+  (void)state;
+  Loaded *m = load("models/gem_small.gem", NULL);
+  SynthConfig cfg = config(3, LENGTHS_LOGNORMAL);
+  Synth *g = synth_new(&m->s, &cfg);
+  enum { B = 512, SMALL = 8 };
+  Batch whole, small, joined;
+  batch_alloc(&whole, &m->s, B);
+  batch_alloc(&small, &m->s, SMALL);
+  batch_alloc(&joined, &m->s, B);
+  synth_batch(g, 77, &whole);
+  int64_t ids = 0;
+  for (int j = 0; j < whole.njagged; j++) ids += whole.total[j];
+  assert_true(ids >= 16384);  // SYNTH_PARALLEL_VALUES: the whole batch takes the threaded path
+  for (int64_t k = 0; k < B; k += SMALL) {
+    synth_batch(g, 77 + k, &small);
+    batch_copy(&m->s, &joined, k, &small, 0, SMALL);
+  }
+  assert_true(batches_equal(&m->s, &whole, &joined));
+  batch_free(&whole);
+  batch_free(&small);
+  batch_free(&joined);
+  synth_free(g);
+  unload(m);
+}
+
 static void test_synth_different_seeds_differ(void **state) {
   (void)state;
   Loaded *m = load("models/gem_tiny.gem", NULL);
@@ -528,6 +556,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_synth_same_seed_and_window_give_the_same_bytes),
       cmocka_unit_test(test_synth_windows_agree_with_each_other),
+      cmocka_unit_test(test_synth_threaded_batch_equals_small_batches),
       cmocka_unit_test(test_synth_different_seeds_differ),
       cmocka_unit_test(test_synth_batches_validate_for_every_model_and_distribution),
       cmocka_unit_test(test_synth_all_empty_sequences_are_valid),
