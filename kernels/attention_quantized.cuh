@@ -75,22 +75,26 @@ __device__ __forceinline__ void attnq_mx_block(float *v, int n, int stride) {
   for (int i = 0; i < n; i++) v[i * stride] = e4m3_round(v[i * stride] * inv) * scale;
 }
 
-// mxfp8 along each head's features: one thread per (row, head, block of 32 of dh).
+// mxfp8 along each head's features: a warp per (row, head, block of 32 of dh), a lane per
+// feature, so that a warp reads 32 adjacent values; the block's amax by a butterfly (a max:
+// the same bits as the executor's loop).
 template <int DH, typename T>
 __device__ __forceinline__ void attnq_quantize_heads_mx(float *__restrict__ out, const T *__restrict__ x,
                                                         i64 rows, int d) {
   enum { BLOCKS = (DH + ATTNQ_BLOCK - 1) / ATTNQ_BLOCK };
   const int heads = d / DH;
-  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (t >= rows * heads * BLOCKS) return;
+  i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
+  const int lane = threadIdx.x % WARP_SIZE;
+  const bool block_ok = t < rows * heads * BLOCKS;
   i64 row = t / (heads * BLOCKS);
   int rest = (int)(t % (heads * BLOCKS)), h = rest / BLOCKS, blk = rest % BLOCKS;
-  int c0 = h * DH + blk * ATTNQ_BLOCK, n = DH - blk * ATTNQ_BLOCK;
-  if (n > ATTNQ_BLOCK) n = ATTNQ_BLOCK;
-  float v[ATTNQ_BLOCK];
-  for (int i = 0; i < n; i++) v[i] = attn_to_float(x[row * d + c0 + i]);
-  attnq_mx_block(v, n, 1);
-  for (int i = 0; i < n; i++) out[row * d + c0 + i] = v[i];
+  int c = blk * ATTNQ_BLOCK + lane;
+  const bool mine = block_ok && c < DH;
+  const i64 at = row * d + h * DH + c;
+  float v = mine ? attn_to_float(x[at]) : 0.0f;
+  float amax = warp_max(attnq_finite_abs(v));
+  int e = mx_block_exponent(amax);
+  if (mine) out[at] = e4m3_round(v * ldexpf(1.0f, -e)) * ldexpf(1.0f, e);
 }
 
 // Which rows of an example a rows-quantized copy covers.
@@ -362,13 +366,24 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, i64 batch,
                                                  const float *__restrict__ vh,
                                                  const float *__restrict__ doh,
                                                  const float *__restrict__ kr, const AttnRows &r,
-                                                 double inv_norm, const int *__restrict__ tiles) {
+                                                 double inv_norm, const int *__restrict__ tiles,
+                                                 float *__restrict__ partial = 0,
+                                                 int chunks = 1) {
   extern __shared__ __align__(16) unsigned char attn_smem[];
   float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTNQ_ROWS * DH,
         *tile_kr = tile_v + ATTNQ_ROWS * DH;
   const int heads = r.d / DH;
-  int b_first, b_end, i0, h;
-  attn_query_block(tiles, batch, ATTNQ_ROWS, heads, &b_first, &b_end, &i0, &h);
+  int b_first, b_end, i0, h, chunk = 0;
+  if (!tiles && partial) {  // PMA in chunks: this block's range of examples, as attn_backward_q
+    const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
+    const int per = (int)((batch + chunks - 1) / chunks);
+    chunk = (int)(blockIdx.x / per_chunk);
+    b_first = chunk * per < batch ? chunk * per : (int)batch;
+    b_end = b_first + per < batch ? b_first + per : (int)batch;
+    i0 = local / heads * ATTNQ_ROWS, h = local % heads;
+  } else {
+    attn_query_block(tiles, batch, ATTNQ_ROWS, heads, &b_first, &b_end, &i0, &h);
+  }
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;
@@ -418,6 +433,12 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, i64 batch,
           const float *kj = tile_kr + jj * DH;
           for (int c = 0; c < DH; c++) acc[c] += dsq[0] * kj[c];
         });
+  }
+  if (partial) {  // every seed row of the chunk, zeros where its examples added nothing
+    if (i >= r.q_fixed) return;
+    float *out = partial + ((i64)chunk * r.q_fixed + i) * r.d + col0;
+    for (int c = 0; c < DH; c++) out[c] = acc[c] * r.scale;
+    return;
   }
   if (i >= q_len) return;
   for (int c = 0; c < DH; c++) attn_store1(dq + (q_start + i) * r.d + col0 + c, acc[c] * r.scale);

@@ -76,6 +76,13 @@ int64_t attn_max_rows(const Ir *ir, const AttnNode *a, bool kv_side);
 // a->inv_norm as a double literal for the kernel text ("1.0", "0.20000000000000001").
 void attn_inv_norm_literal(char *buf, size_t cap, const AttnNode *a);
 
+// PMA's dQ sums over the whole batch: the examples are cut into attn_pma_chunks ranges, one
+// block per (range, seed tile, head) writing fp32 partial sums (workspace ATTN_WS_PMA_PARTIAL),
+// and attn_pma_sum_chunks emits the kernel that adds the ranges in order into dQ (no atomics).
+int64_t attn_pma_chunks(int64_t seed_blocks, int64_t batch);
+void attn_pma_sum_chunks(Lower *L, int node, const AttnNode *a, int dq, LaunchArg partial,
+                         int64_t chunks);
+
 // --- the two emitters -------------------------------------------------------------------
 // bf16, fp16 and fp32 nodes (emit_attention.c) and fp8, mxfp8 ones
 // (emit_attention_quantized.c); the contract of emit_attention, which picks one.

@@ -8,6 +8,7 @@
 #include "attention.h"
 #include "attention_internal.h"
 #include "kernels_embedded.h"
+#include "launch_cost.h"
 
 // --- the device code --------------------------------------------------------------------
 
@@ -55,7 +56,7 @@ bool attn_node_shape(const Ir *ir, const Node *n, int dout, const char *stem, At
   if (a->dh > 128) return false;
   a->qt = attn_elem_type(q->dtype);
   a->kt = attn_elem_type(k->dtype);
-  a->simt = a->dh % 16 != 0 || k->dtype != DT_BF16 || q->dtype == DT_FP16;
+  a->simt = attn_simt(ir, n);  // launch_cost.h: the cost model reads the same rule
   a->q_jag = q->layout == LAYOUT_JAGGED ? q->jag : -1;
   a->kv_jag = k->layout == LAYOUT_JAGGED ? k->jag : -1;
   if (n->shape == ATTN_PMA) {
@@ -219,4 +220,35 @@ int64_t attn_max_rows(const Ir *ir, const AttnNode *a, bool kv_side) {
 void attn_inv_norm_literal(char *buf, size_t cap, const AttnNode *a) {
   snprintf(buf, cap, "%.17g", a->inv_norm);
   if (!strpbrk(buf, ".eEn")) strncat(buf, ".0", cap - strlen(buf) - 1);
+}
+
+// How many example ranges the PMA dQ kernel cuts the batch into: enough blocks for about four
+// per SM of a 132-SM H200 with the seed tiles and heads, at most one range per example.
+int64_t attn_pma_chunks(int64_t seed_blocks, int64_t batch) {
+  int64_t want = (4 * 132 + seed_blocks - 1) / seed_blocks;
+  return want < batch ? want : (batch > 0 ? batch : 1);
+}
+
+// dQ of a PMA: the chunks' fp32 partial sums added in chunk order, one thread per element.
+void attn_pma_sum_chunks(Lower *L, int node, const AttnNode *a, int dq, LaunchArg partial,
+                           int64_t chunks) {
+  const Ir *ir = L->ir;
+  char kernel[160];
+  snprintf(kernel, sizeof kernel, "%s_bwd_q_sum", a->name);
+  attn_kernel_comment(L, a->n, "bwd: dQ, the chunks added in order");
+  int64_t elems = a->q_fixed * a->d;
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, kernel, sym_const(elems), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_tensor_out(&kb, "dq", dq);
+  kb_workspace(&kb, "float", "partial", partial, false);
+  char body[640];
+  snprintf(body, sizeof body,
+           "  enum { ELEMS = %lld, CHUNKS = %lld };\n"
+           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i >= ELEMS) return;\n"
+           "  float sum = 0.0f;\n"
+           "  for (int c = 0; c < CHUNKS; c++) sum += partial[(i64)c * ELEMS + i];\n"
+           "  %s(dq, i, sum);\n",
+           (long long)elems, (long long)chunks, dtype_store(ir->tensors[dq].dtype));
+  kb_end(&kb, body);
 }

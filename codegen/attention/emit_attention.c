@@ -97,37 +97,6 @@ static bool emit_forward(Lower *L, int node) {
   return true;
 }
 
-// How many example ranges the PMA dQ kernel cuts the batch into: enough blocks for about four
-// per SM of a 132-SM H200 with the seed tiles and heads, at most one range per example.
-static int64_t pma_chunks(int64_t seed_blocks, int64_t batch) {
-  int64_t want = (4 * 132 + seed_blocks - 1) / seed_blocks;
-  return want < batch ? want : (batch > 0 ? batch : 1);
-}
-
-// dQ of a PMA: the chunks' fp32 partial sums added in chunk order, one thread per element.
-static void pma_sum_chunks(Lower *L, int node, const AttnNode *a, int dq, LaunchArg partial,
-                           int64_t chunks) {
-  const Ir *ir = L->ir;
-  char kernel[160];
-  snprintf(kernel, sizeof kernel, "%s_bwd_q_sum", a->name);
-  attn_kernel_comment(L, a->n, "bwd: dQ, the chunks added in order");
-  int64_t elems = a->q_fixed * a->d;
-  KernelBuilder kb;
-  kb_begin(&kb, L, node, kernel, sym_const(elems), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
-  kb_tensor_out(&kb, "dq", dq);
-  kb_workspace(&kb, "float", "partial", partial, false);
-  char body[640];
-  snprintf(body, sizeof body,
-           "  enum { ELEMS = %lld, CHUNKS = %lld };\n"
-           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-           "  if (i >= ELEMS) return;\n"
-           "  float sum = 0.0f;\n"
-           "  for (int c = 0; c < CHUNKS; c++) sum += partial[(i64)c * ELEMS + i];\n"
-           "  %s(dq, i, sum);\n",
-           (long long)elems, (long long)chunks, dtype_store(ir->tensors[dq].dtype));
-  kb_end(&kb, body);
-}
-
 // The backward of one attention, split by op so that each call needs one tile list:
 //   attention_bwd_q: [softmax row statistics], dQ (PMA: summed over the examples in-kernel)
 //   attention_bwd_k: dK, and dV too when an attention_bwd_v sibling exists
@@ -199,7 +168,7 @@ static bool emit_backward(Lower *L, int node) {
     // PMA on tensor cores: the examples in `chunks` ranges, one block per (chunk, seed tile,
     // head), each summing its range into fp32 partials; a second kernel adds the chunks.
     int64_t seed_blocks = (a.q_fixed + 63) / 64 * a.heads;
-    int64_t chunks = pma && !a.simt ? pma_chunks(seed_blocks, ir->batch) : 1;
+    int64_t chunks = pma && !a.simt ? attn_pma_chunks(seed_blocks, ir->batch) : 1;
     LaunchArg partial = lower_workspace_arg(dq, ATTN_WS_PMA_PARTIAL, dq,
                                             sym_const(chunks * a.q_fixed * a.d * 4));
     if (pma) {
@@ -228,7 +197,7 @@ static bool emit_backward(Lower *L, int node) {
     }
     kb_end(&kb, body.data);
     sb_free(&body);
-    if (chunks > 1) pma_sum_chunks(L, node, &a, dq, partial, chunks);
+    if (chunks > 1) attn_pma_sum_chunks(L, node, &a, dq, partial, chunks);
   }
 
   if ((who[1] >= 0 || who[2] >= 0) && sm90) {  // dK and dV on the sm_90a kernel

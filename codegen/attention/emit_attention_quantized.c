@@ -70,13 +70,13 @@ static LaunchArg quantized(QEmit *e, int t, bool rows, const char *side) {
     return copy;
   }
   char body[256];
-  if (!rows) {  // one thread per (row, head, block of 32 features)
+  if (!rows) {  // a warp per (row, head, block of 32 features)
     int64_t blocks = (a->dh + 31) / 32;
     snprintf(kernel, sizeof kernel, "%s_%s_mx_heads_%s", a->name, e->phase, tid);
     snprintf(what, sizeof what, "%s: %s to mxfp8 along each head's %lld features", e->phase,
              ir->tensors[t].name, (long long)a->dh);
     attn_kernel_comment(L, a->n, what);
-    kb_begin(&kb, L, e->node, kernel, sym_scale(tensor_rows(ir, t), a->heads * blocks),
+    kb_begin(&kb, L, e->node, kernel, sym_scale(tensor_rows(ir, t), a->heads * blocks * 32),
              QUANT_THREADS, QUANT_THREADS);
     kb_workspace(&kb, "float", "out", copy, true);
     kb_tensor_in(&kb, "x", t);
@@ -163,8 +163,14 @@ static bool emit_dq(QEmit *e, int dq) {
   snprintf(kernel, sizeof kernel, "%s_bwd_q", a->name);
   attn_kernel_comment(L, n, pma ? "bwd: dQ summed over the batch" : "bwd: dQ");
   KernelBuilder kb;
+  // PMA: the examples in `chunks` ranges, one block per (range, seed tile, head), each summing
+  // its range into fp32 partials; a second kernel adds the ranges in order.
+  int64_t seed_blocks = (a->q_fixed + 63) / 64 * a->heads;
+  int64_t chunks = pma ? attn_pma_chunks(seed_blocks, ir->batch) : 1;
+  LaunchArg partial = lower_workspace_arg(dq, ATTN_WS_PMA_PARTIAL, dq,
+                                          sym_const(chunks * a->q_fixed * a->d * 4));
   if (pma) {
-    kb_begin(&kb, L, e->node, kernel, sym_const((a->q_fixed + 63) / 64 * a->heads), 1, 64);
+    kb_begin(&kb, L, e->node, kernel, sym_const(seed_blocks * chunks), 1, 64);
     kb_smem(&kb, tile_smem(a, 3));
   } else {
     int tiles = attn_tile_list(L, a, e->node, 64, false);
@@ -175,14 +181,17 @@ static bool emit_dq(QEmit *e, int dq) {
   copy_params(&kb, names, ws, 5);
   attn_offsets(&kb, a);
   if (!pma) kb_tiles(&kb, "tiles");
+  if (chunks > 1) kb_workspace(&kb, "float", "partial", partial, true);
   StrBuf body = {0};
+  if (chunks > 1) sb_printf(&body, "  enum { CHUNKS = %lld };\n", (long long)chunks);
   attn_rows_value(&body, a);
   sb_printf(&body, "  attnq_backward_q<%lld, %s, %d>(dq, %s, qh, kh, vh, doh, kr, rows, %s,\n"
-                   "      %s);\n",
+                   "      %s%s);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), e->mx ? 1 : 0, pma ? "batch" : "0LL",
-            norm, pma ? "(const int *)0" : "tiles");
+            norm, pma ? "(const int *)0" : "tiles", chunks > 1 ? ", partial, CHUNKS" : "");
   kb_end(&kb, body.data);
   sb_free(&body);
+  if (chunks > 1) attn_pma_sum_chunks(L, e->node, a, dq, partial, chunks);
   return true;
 }
 

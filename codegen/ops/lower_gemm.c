@@ -44,9 +44,12 @@ static LaunchArg scratch_arg(int s) {
 
 // Quantizes operand t (rows x cols; the reduction runs along cols when k_contiguous, else down
 // the rows) at prec fp8 or mxfp8 exactly as the CPU executor does (runtime/cpu/numerics.c), into a
-// new scratch holding the dequantized values in `type`; returns the scratch slot. mxfp8: one
-// thread per block of 32 along the reduction. fp8: an amax kernel (integer atomicMax on the
-// bits of |x|, so the order of the threads does not matter), then the quantize kernel.
+// new scratch holding the dequantized values in `type`; returns the scratch slot. mxfp8: a
+// warp per block of 32 along a row, or a thread per block of 32 down a column. fp8: an amax
+// kernel (a block's max, then an integer atomicMax on the bits of |x|, so the order does not
+// matter), then the quantize kernel.
+enum { AMAX_PER_THREAD = 16 };
+
 int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
                            const char *role) {
   const Ir *ir = L->ir;
@@ -60,42 +63,57 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
   const char *lt = dtype_load(ir->tensors[t].dtype), *st = dtype_store(type);
   KernelBuilder kb;
   if (prec == DT_MXFP8) {
-    // One thread per block of 32 along the reduction dim.
     snprintf(name, sizeof name, "quantize_mxfp8_%s", id);
     snprintf(what, sizeof what, "%s operand to mxfp8 (E4M3, E8M0 scale per 32 along %s)", role,
              k_contiguous ? "a row" : "a column");
     lower_comment(L, node, what);
     int64_t col_blocks = (cols + 31) / 32;
-    SymSize nblocks = k_contiguous ? sym_scale(rows, col_blocks) : elems;  // column blocks: bounded below
-    kb_begin(&kb, L, node, name, nblocks, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
-    kb_scratch(&kb, dtype_ctype(type), "out", s, true);
-    kb_tensor_in(&kb, "x", t);
-    kb_size(&kb, "rows", rows);
     StrBuf b = {0};
-    sb_printf(&b, "  enum { COLS = %lld };\n  i64 blk = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n", (long long)cols);
-    if (k_contiguous)
-      sb_puts(&b, "  enum { COL_BLOCKS = (COLS + MX_BLOCK - 1) / MX_BLOCK };\n"
-                  "  if (blk >= rows * COL_BLOCKS) return;\n"
-                  "  i64 first = (blk / COL_BLOCKS) * COLS + (blk % COL_BLOCKS) * MX_BLOCK;\n"
-                  "  int count = (int)(COLS - (blk % COL_BLOCKS) * MX_BLOCK);\n"
-                  "  i64 stride = 1;\n");
-    else
-      sb_puts(&b, "  i64 row_blocks = (rows + MX_BLOCK - 1) / MX_BLOCK;\n"
-                  "  if (blk >= row_blocks * COLS) return;\n"
-                  "  i64 first = (blk / COLS) * MX_BLOCK * COLS + blk % COLS;\n"
-                  "  int count = (int)(rows - (blk / COLS) * MX_BLOCK);\n"
-                  "  i64 stride = COLS;\n");
-    sb_printf(&b, "  if (count > MX_BLOCK) count = MX_BLOCK;\n"
-                  "  float amax = 0.0f;\n"
-                  "  for (int k = 0; k < count; k++) {\n"
-                  "    float v = fabsf(%s(x, first + k * stride));\n"
-                  "    if (isfinite(v) && v > amax) amax = v;\n"
-                  "  }\n"
-                  "  int e = mx_block_exponent(amax);\n"
-                  "  float inv_scale = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);\n"
-                  "  for (int k = 0; k < count; k++)\n"
-                  "    %s(out, first + k * stride, e4m3_round(%s(x, first + k * stride) * inv_scale) * scale);\n",
-              lt, st, lt);
+    sb_printf(&b, "  enum { COLS = %lld };\n", (long long)cols);
+    if (k_contiguous) {
+      // A warp per block of 32 along a row, a lane per element: coalesced, and the block's
+      // amax by a butterfly (a max: the same bits in any order).
+      kb_begin(&kb, L, node, name, sym_scale(rows, col_blocks * 32), ELEMENTWISE_THREADS,
+               ELEMENTWISE_THREADS);
+      kb_scratch(&kb, dtype_ctype(type), "out", s, true);
+      kb_tensor_in(&kb, "x", t);
+      kb_size(&kb, "rows", rows);
+      sb_printf(&b, "  enum { COL_BLOCKS = (COLS + MX_BLOCK - 1) / MX_BLOCK };\n"
+                    "  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "  i64 blk = t / WARP_SIZE;\n"
+                    "  int lane = (int)(t %% WARP_SIZE);\n"
+                    "  int col = (int)(blk %% COL_BLOCKS) * MX_BLOCK + lane;\n"
+                    "  bool mine = blk < rows * COL_BLOCKS && col < COLS;\n"
+                    "  i64 at = (blk / COL_BLOCKS) * COLS + col;\n"
+                    "  float v = mine ? %s(x, at) : 0.0f;\n"
+                    "  float a = fabsf(v);\n"
+                    "  float amax = warp_max(isfinite(a) ? a : 0.0f);\n"
+                    "  int e = mx_block_exponent(amax);\n"
+                    "  if (mine) %s(out, at, e4m3_round(v * ldexpf(1.0f, -e)) * ldexpf(1.0f, e));\n",
+                lt, st);
+    } else {
+      // One thread per (block of 32 rows, column): a warp reads 32 adjacent columns.
+      kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+      kb_scratch(&kb, dtype_ctype(type), "out", s, true);
+      kb_tensor_in(&kb, "x", t);
+      kb_size(&kb, "rows", rows);
+      sb_printf(&b, "  i64 blk = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+                    "  i64 row_blocks = (rows + MX_BLOCK - 1) / MX_BLOCK;\n"
+                    "  if (blk >= row_blocks * COLS) return;\n"
+                    "  i64 first = (blk / COLS) * MX_BLOCK * COLS + blk %% COLS;\n"
+                    "  int count = (int)(rows - (blk / COLS) * MX_BLOCK);\n"
+                    "  if (count > MX_BLOCK) count = MX_BLOCK;\n"
+                    "  float amax = 0.0f;\n"
+                    "  for (int k = 0; k < count; k++) {\n"
+                    "    float v = fabsf(%s(x, first + k * COLS));\n"
+                    "    if (isfinite(v) && v > amax) amax = v;\n"
+                    "  }\n"
+                    "  int e = mx_block_exponent(amax);\n"
+                    "  float inv_scale = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);\n"
+                    "  for (int k = 0; k < count; k++)\n"
+                    "    %s(out, first + k * COLS, e4m3_round(%s(x, first + k * COLS) * inv_scale) * scale);\n",
+                lt, st, lt);
+    }
     kb_end(&kb, b.data);
     sb_free(&b);
     return s;
@@ -110,18 +128,30 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
   snprintf(name, sizeof name, "amax_%s", id);
   snprintf(what, sizeof what, "%s operand: amax for the fp8 scale", role);
   lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  // AMAX_PER_THREAD elements a thread (strided by the block: coalesced), the block's max in
+  // shared memory, one atomic a block: a single address takes few atomics.
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS * AMAX_PER_THREAD, ELEMENTWISE_THREADS);
   kb_scratch(&kb, "unsigned", "amax_bits", amax, true);
   kb_tensor_in(&kb, "x", t);
   kb_size(&kb, "n", elems);
   char body[1024];
   snprintf(body, sizeof body,
-           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-           "  float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
-           "  if (!isfinite(v)) v = 0.0f;\n"
-           "  v = warp_max(v);\n"
-           "  if (threadIdx.x %% WARP_SIZE == 0 && v > 0.0f) atomicMax(amax_bits, __float_as_uint(v));\n",
-           lt);
+           "  __shared__ float warp_amax[WARP_SIZE];\n"
+           "  i64 first = (i64)blockIdx.x * blockDim.x * %d + threadIdx.x;\n"
+           "  float m = 0.0f;\n"
+           "  for (int k = 0; k < %d; k++) {\n"
+           "    i64 i = first + (i64)k * blockDim.x;\n"
+           "    float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
+           "    if (isfinite(v)) m = fmaxf(m, v);\n"
+           "  }\n"
+           "  m = warp_max(m);\n"
+           "  if (threadIdx.x %% WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;\n"
+           "  __syncthreads();\n"
+           "  if (threadIdx.x >= WARP_SIZE) return;\n"
+           "  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;\n"
+           "  m = warp_max(m);\n"
+           "  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));\n",
+           AMAX_PER_THREAD, AMAX_PER_THREAD, lt);
   kb_end(&kb, body);
   snprintf(name, sizeof name, "quantize_fp8_%s", id);
   snprintf(what, sizeof what, "%s operand to fp8 (E4M3, one scale)", role);

@@ -14,6 +14,8 @@
 #include "kernels_embedded.h"
 #include "lower_ops.h"
 
+
+enum { APPLY_AHEAD = 16 };  // table_grad_apply: occurrences loaded ahead of their adds
 static bool lower_embed(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -240,15 +242,29 @@ static bool lower_table_grad(Lower *L, int node) {
                 "  int begin = distinct_begin[d], count = distinct_count[d];\n"
                 "  double sum_sq = 0.0;\n"
                 "  for (int col = threadIdx.x; col < DIM; col += blockDim.x) {\n"
-                "    float g = 0.0f;\n"
-                "    for (int e = 0; e < count; e++) {\n"
-                "      i64 occ = sorted[begin + e];\n",
+                "    // The occurrence's gradient value in column col: its lookup's dy row.\n"
+                "    auto value = [&](i64 occ) -> float {\n",
             (long long)dim);
   for (int k = 0; k < npairs; k++)
-    sb_printf(&b, "      %sif (occ < n%d) { g += %s(dy%d, occ * DIM + col); continue; }\n      occ -= n%d;\n",
-              "", k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
-  sb_puts(&b, "    }\n"
-              "    grad[col] = g;\n"
+    sb_printf(&b, "      if (occ < n%d) return %s(dy%d, occ * DIM + col);\n      occ -= n%d;\n",
+              k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
+  // The sum runs in occurrence order, as the CPU executor's (the same bits); the loads of
+  // APPLY_AHEAD occurrences are issued before their adds, so that a long run (a small table's
+  // row takes thousands of occurrences) is not one load latency per occurrence.
+  sb_printf(&b, "      return 0.0f;\n"
+                "    };\n"
+                "    float g = 0.0f;\n"
+                "    int e = 0;\n"
+                "    for (; e + %d <= count; e += %d) {\n"
+                "      float v[%d];\n"
+                "#pragma unroll\n"
+                "      for (int u = 0; u < %d; u++) v[u] = value(sorted[begin + e + u]);\n"
+                "#pragma unroll\n"
+                "      for (int u = 0; u < %d; u++) g += v[u];\n"
+                "    }\n"
+                "    for (; e < count; e++) g += value(sorted[begin + e]);\n",
+            APPLY_AHEAD, APPLY_AHEAD, APPLY_AHEAD, APPLY_AHEAD, APPLY_AHEAD);
+  sb_puts(&b, "    grad[col] = g;\n"
               "    sum_sq += (double)g * g;\n"
               "  }\n");
   const char *lt = dtype_load(tt->dtype), *st = dtype_store(tt->dtype);

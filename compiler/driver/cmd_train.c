@@ -21,7 +21,7 @@
 #include "jit_cache.h"       // defines: jit_cache_dir
 #include "tune.h"            // defines: TuneOptions, tune_model
 
-enum { DEFAULT_STEPS = 100 };
+enum { DEFAULT_STEPS = 100, DEFAULT_PROFILE_STEPS = 5, MAX_PROFILE_STEPS = 1000 };
 
 typedef enum Backend { BACKEND_AUTO, BACKEND_CPU, BACKEND_CUDA } Backend;
 
@@ -35,6 +35,7 @@ typedef struct TrainCli {
   const char *report, *save, *resume;
   bool seed_given, eval_examples_given, quiet, werror;
   bool no_tune;        // --no-tune: the compiler's schedules, not the autotuner's
+  int64_t profile;     // --profile[=N]: steps to time launch by launch (0: none)
   int live;            // --progress: -1 auto, 0 plain, 1 live
   const char *arch;
   TrainOptions opt;
@@ -47,7 +48,7 @@ static const char train_usage[] =
     "                  [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n"
     "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
     "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n"
-    "                  [--on-nan stop|skip|skip=N] [--no-tune]\n";
+    "                  [--on-nan stop|skip|skip=N] [--no-tune] [--profile[=N]]\n";
 
 static void print_train_help(FILE *out) {
   fprintf(out,
@@ -75,6 +76,10 @@ static void print_train_help(FILE *out) {
           "  --resume DIR       continue from DIR/checkpoint.gemc (bit-exactly on the same backend)\n"
           "  --quiet, -q        print errors only\n"
           "  --progress P       auto (a live line on a terminal), live or plain\n"
+          "  --profile[=N]      cuda: time N steps (default 5, after up to 10 warm-up steps)\n"
+          "                     launch by launch, each as one CUDA graph, and print the kernels\n"
+          "                     by time with their FLOPs, bytes and roofline (also in --report);\n"
+          "                     those steps are left out of the step time\n"
           "  --on-nan A         a non-finite loss: stop (default: exit 1, naming the step and\n"
           "                     the tensor) or skip=N (skip such steps without their update;\n"
           "                     N in a row stop it; skip alone: N=%d)\n"
@@ -253,6 +258,13 @@ static int parse_train(const CliOptions *o, TrainCli *c, FILE *err) {
       c->werror = true;
     } else if (strcmp(arg, "--no-tune") == 0) {
       c->no_tune = true;
+    } else if (strcmp(arg, "--profile") == 0) {
+      c->profile = DEFAULT_PROFILE_STEPS;
+    } else if (strncmp(arg, "--profile=", 10) == 0) {
+      char msg[256];
+      if (!cli_parse_count("--profile", arg + 10, 1, MAX_PROFILE_STEPS, &c->profile, msg,
+                           sizeof msg))
+        return usage(err, "%s", msg);
     } else {
       if (strncmp(arg, "--lengths", 9) == 0) lengths_given = true;
       if (strncmp(arg, "--eval-examples", 15) == 0) c->eval_examples_given = true;
@@ -402,23 +414,29 @@ static void print_summary(const Trainer *t, const LoopResult *r) {
                r->eval.teacher_ne ? r->eval.teacher_ne[k] : NAN);
   if (r->steps > 0)
     printf("  throughput: %.0f examples/s (%" PRId64 " steps of %" PRId64 " in %.2f s of "
-           "training, %.2f s in all)\n",
-           r->examples_per_second, r->steps, trainer_batch(t), trainer_step_seconds(t),
-           r->seconds);
+           "training, %.2f s in all%s)\n",
+           r->examples_per_second, r->timed_steps, trainer_batch(t), trainer_step_seconds(t),
+           r->seconds, r->timed_steps < r->steps ? "; the profiled steps not counted" : "");
   if (r->steps > 0 && trainer_device(t)) {
     double secs = trainer_step_seconds(t), peak = trainer_peak_tflops(t);
     double tflops = secs > 0 ? trainer_flops(t) / secs / 1e12 : 0;
     printf("  step time %.3f ms; %.1f TFLOP/s useful (IR FLOPs over real lengths); Local MFU "
            "%.2f%% of the %.0f TFLOP/s datasheet peak\n",
-           1e3 * secs / (double)r->steps, tflops, peak > 0 ? 100 * tflops / peak : 0, peak);
+           1e3 * secs / (double)(r->timed_steps > 0 ? r->timed_steps : 1), tflops,
+           peak > 0 ? 100 * tflops / peak : 0, peak);
     const TrainerTimes *tt = trainer_times(t);
     if (tt->steps > 0) {
       double per = 1e3 / (double)tt->steps;
-      printf("  per step: the GPU ran %.3f ms; the host launched for %.3f ms, made the next "
-             "batch in %.3f ms, prepared its upload in %.3f ms, waited %.3f ms for the GPU and "
-             "spent %.3f ms on the rest\n",
-             per * tt->device_s, per * tt->launch_s, per * tt->batch_s, per * tt->upload_s,
-             per * tt->wait_s, per * tt->other_s);
+      printf("  per step: the GPU ran %.3f ms; the host launched for %.3f ms, took the next "
+             "batch in %.3f ms (waited %.3f ms for it, copied it in %.3f ms), waited %.3f ms for "
+             "the GPU and spent %.3f ms on the rest\n",
+             per * tt->device_s, per * tt->launch_s, per * tt->prefetch_s,
+             per * tt->batch_wait_s, per * tt->copy_s, per * tt->wait_s, per * tt->other_s);
+      printf("  the next batch was made in %.3f ms and staged (inputs encoded, tile lists "
+             "dealt) in %.3f ms a step, %s\n",
+             per * tt->batch_s, per * tt->upload_s,
+             tt->pipelined ? "on the batch pipeline's thread" : "on the step's thread "
+                             "(GEMC_PIPELINE=0)");
     }
   }
   fflush(stdout);
@@ -451,11 +469,28 @@ static bool outputs_ready(const TrainCli *c, int *lock_fd) {
   return ok;
 }
 
+// --profile's table (profile_report.h), even with --quiet: it was asked for.
+static void print_profile(const Trainer *t, const LoopResult *r) {
+  Profile prof;
+  if (!trainer_profile(t, &prof)) {
+    printf("profile: nothing was profiled (%s)\n",
+           !trainer_device(t) ? "the cpu backend runs no kernels"
+           : r->steps == 0 ? "no steps were taken"
+                           : "--on-nan skip steps are not profiled");
+    return;
+  }
+  int64_t timed = trainer_timed_steps(t);
+  double step_ms = timed > 0 ? 1e3 * trainer_step_seconds(t) / (double)timed : 0;
+  profile_print(stdout, &prof, step_ms, 30);
+  profile_free(&prof);
+  fflush(stdout);
+}
+
 static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64_t resumed_from) {
   if (!c->quiet) print_banner(c, t, reason, resumed_from);
   LoopOptions lo = {.steps = c->steps, .eval_every = c->eval_every, .save_dir = c->save,
                     .save_every = c->save_every, .quiet = c->quiet, .live = c->live,
-                    .out = stdout, .err = stderr};
+                    .out = stdout, .err = stderr, .profile_steps = c->profile};
   LoopResult r;
   char err[1024], loop_err[1024] = "";
   // A run the divergence guard (or an error) stopped exits 1, and still writes its report,
@@ -463,6 +498,7 @@ static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64
   bool trained = train_loop(t, &lo, &r, loop_err, sizeof loop_err);
   if (!trained) fprintf(stderr, "gemc: error: %s\n", loop_err);
   if (trained && !c->quiet) print_summary(t, &r);
+  if (trained && c->profile > 0) print_profile(t, &r);
   int rc = trained ? GEMC_EXIT_OK : GEMC_EXIT_USER_ERROR;
   if (c->report) {
     ReportRun run = {.source = c->file, .backend = trainer_device(t) ? "cuda" : "cpu",

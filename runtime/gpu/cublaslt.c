@@ -40,7 +40,7 @@ enum {
 };
 
 typedef struct CachedAlgo {
-  GemmShape shape;
+  GemmShape shape;    // m and k as size_bucket gives them: the size it was chosen for
   uint32_t align[3];  // of Lt's A, B and C/D pointers: the algorithm was chosen for them
   LtAlgo algo;
   bool used;
@@ -58,6 +58,7 @@ struct Gemm {
   CUfunction round_bf16, round_fp16;
   CUdeviceptr bias16;
   int next_slot;
+  int64_t exact_queries;  // calls whose bucket's algorithm refused their size
   LtStatus (*create)(LtHandle *h);
   LtStatus (*destroy)(LtHandle h);
   size_t (*get_version)(void);
@@ -167,6 +168,36 @@ static bool same_shape(const GemmShape *a, const GemmShape *b) {
          a->bias_dtype == b->bias_dtype && a->act == b->act && (a->beta == 0) == (b->beta == 0);
 }
 
+// Jagged GEMMs change m (or k, for weight gradients) every step, so the algorithm cache keys on
+// a size's quarter octave, not on the size: a cuBLASLt heuristic query costs tens of
+// microseconds, a step has dozens of such GEMMs, and an algorithm chosen for a size serves its
+// neighbours (cuBLASLt refuses one that does not; gemm_run then asks again for the exact size).
+static int64_t size_bucket(int64_t n) {
+  if (n <= 64) return n;
+  int top = 63 - __builtin_clzll((unsigned long long)n);
+  int64_t step = (int64_t)1 << (top - 2);
+  return (n + step - 1) / step * step;
+}
+
+static GemmShape bucketed(const GemmShape *s) {
+  GemmShape b = *s;
+  b.m = size_bucket(s->m);
+  b.k = size_bucket(s->k);
+  return b;
+}
+
+// cuBLASLt's layouts of shape s (row-major through the transposition: Lt's A is our B).
+static bool make_layouts(Gemm *g, const GemmShape *s, int type, LtLayout *la, LtLayout *lb,
+                         LtLayout *lc) {
+  uint64_t a_rows = s->trans_b ? (uint64_t)s->k : (uint64_t)s->n;   // Lt A = our B, stored
+  uint64_t a_cols = s->trans_b ? (uint64_t)s->n : (uint64_t)s->k;
+  uint64_t b_rows = s->trans_a ? (uint64_t)s->m : (uint64_t)s->k;   // Lt B = our A, stored
+  uint64_t b_cols = s->trans_a ? (uint64_t)s->k : (uint64_t)s->m;
+  return g->layout_create(la, type, a_rows, a_cols, (int64_t)a_rows) == 0 &&
+         g->layout_create(lb, type, b_rows, b_cols, (int64_t)b_rows) == 0 &&
+         g->layout_create(lc, lt_type(s->c_dtype), (uint64_t)s->n, (uint64_t)s->m, s->n) == 0;
+}
+
 // The largest power of two (at most 256) that divides the address.
 static uint32_t alignment(CUdeviceptr p) {
   uint32_t a = 256;
@@ -248,47 +279,72 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
         g->desc_set(desc, DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type) != 0)
       goto done;
   }
-  uint64_t a_rows = s->trans_b ? (uint64_t)s->k : (uint64_t)s->n;   // Lt A = our B, stored
-  uint64_t a_cols = s->trans_b ? (uint64_t)s->n : (uint64_t)s->k;
-  uint64_t b_rows = s->trans_a ? (uint64_t)s->m : (uint64_t)s->k;   // Lt B = our A, stored
-  uint64_t b_cols = s->trans_a ? (uint64_t)s->k : (uint64_t)s->m;
   step = "cublasLtMatrixLayoutCreate";
-  if (g->layout_create(&la, type, a_rows, a_cols, (int64_t)a_rows) != 0 ||
-      g->layout_create(&lb, type, b_rows, b_cols, (int64_t)b_rows) != 0 ||
-      g->layout_create(&lc, lt_type(s->c_dtype), (uint64_t)s->n, (uint64_t)s->m, s->n) != 0)
-    goto done;
+  if (!make_layouts(g, s, type, &la, &lb, &lc)) goto done;
   uint32_t align[3] = {alignment(b), alignment(a), alignment(c)};  // Lt's A is our B
+  GemmShape key = bucketed(s);
   CachedAlgo *hit = NULL;
   for (int i = 0; i < ALGO_CACHE && !hit; i++)
-    if (g->cache[i].used && same_shape(&g->cache[i].shape, s) &&
+    if (g->cache[i].used && same_shape(&g->cache[i].shape, &key) &&
         memcmp(g->cache[i].align, align, sizeof align) == 0)
       hit = &g->cache[i];
+  step = "cublasLtMatmulPreferenceCreate";
+  uint64_t ws = WORKSPACE_BYTES;
+  if (!hit && (g->pref_create(&pref) != 0 ||
+               g->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) != 0 ||
+               g->pref_set(pref, PREF_ALIGN_A, &align[0], sizeof align[0]) != 0 ||
+               g->pref_set(pref, PREF_ALIGN_B, &align[1], sizeof align[1]) != 0 ||
+               g->pref_set(pref, PREF_ALIGN_C, &align[2], sizeof align[2]) != 0 ||
+               g->pref_set(pref, PREF_ALIGN_D, &align[2], sizeof align[2]) != 0))
+    goto done;
   if (!hit) {
-    step = "cublasLtMatmulPreferenceCreate";
-    uint64_t ws = WORKSPACE_BYTES;
-    if (g->pref_create(&pref) != 0 ||
-        g->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) != 0 ||
-        g->pref_set(pref, PREF_ALIGN_A, &align[0], sizeof align[0]) != 0 ||
-        g->pref_set(pref, PREF_ALIGN_B, &align[1], sizeof align[1]) != 0 ||
-        g->pref_set(pref, PREF_ALIGN_C, &align[2], sizeof align[2]) != 0 ||
-        g->pref_set(pref, PREF_ALIGN_D, &align[2], sizeof align[2]) != 0)
-      goto done;
+    // Chosen at the bucket's own size, so that the choice does not depend on which size of
+    // the bucket came first: a resumed run picks what a straight one did (bit-exact resume).
+    LtLayout qa = NULL, qb = NULL, qc = NULL;
     LtHeuristic h;
     int got = 0;
     step = "cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape)";
-    if (g->heuristic(g->handle, desc, la, lb, lc, lc, pref, 1, &h, &got) != 0 || got < 1)
-      goto done;
-    hit = &g->cache[g->next_slot];
-    g->next_slot = (g->next_slot + 1) % ALGO_CACHE;
-    *hit = (CachedAlgo){.shape = *s, .algo = h.algo, .used = true};
-    memcpy(hit->align, align, sizeof align);
+    bool found = make_layouts(g, &key, type, &qa, &qb, &qc) &&
+                 g->heuristic(g->handle, desc, qa, qb, qc, qc, pref, 1, &h, &got) == 0 &&
+                 got >= 1;
+    if (qc) g->layout_destroy(qc);
+    if (qb) g->layout_destroy(qb);
+    if (qa) g->layout_destroy(qa);
+    if (found) {
+      hit = &g->cache[g->next_slot];
+      g->next_slot = (g->next_slot + 1) % ALGO_CACHE;
+      *hit = (CachedAlgo){.shape = key, .algo = h.algo, .used = true};
+      memcpy(hit->align, align, sizeof align);
+    }
   }
   step = "cublasLtMatmul";
   void *cp = (void *)(uintptr_t)c;
+  if (hit && g->matmul(g->handle, desc, &s->alpha, (const void *)(uintptr_t)b, la,
+                       (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &hit->algo,
+                       (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream) == 0) {
+    ok = true;
+    goto done;
+  }
+  // The bucket's algorithm does not take this size (or the bucket has none): this size's own,
+  // not cached (the bucket keeps its choice).
+  if (!pref && (g->pref_create(&pref) != 0 ||
+                g->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) != 0 ||
+                g->pref_set(pref, PREF_ALIGN_A, &align[0], sizeof align[0]) != 0 ||
+                g->pref_set(pref, PREF_ALIGN_B, &align[1], sizeof align[1]) != 0 ||
+                g->pref_set(pref, PREF_ALIGN_C, &align[2], sizeof align[2]) != 0 ||
+                g->pref_set(pref, PREF_ALIGN_D, &align[2], sizeof align[2]) != 0))
+    goto done;
+  LtHeuristic h;
+  int got = 0;
+  step = "cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape)";
+  if (g->heuristic(g->handle, desc, la, lb, lc, lc, pref, 1, &h, &got) != 0 || got < 1)
+    goto done;
+  step = "cublasLtMatmul";
   if (g->matmul(g->handle, desc, &s->alpha, (const void *)(uintptr_t)b, la,
-                (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &hit->algo,
+                (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &h.algo,
                 (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream) != 0)
     goto done;
+  g->exact_queries++;
   ok = true;
 done:
   if (!ok) snprintf(err, err_size, "%s: %s failed", shape, step);

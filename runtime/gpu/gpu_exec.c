@@ -15,7 +15,9 @@
 #include "cublaslt.h"
 #include "gpu_helpers_ptx.h"
 #include "gpu_optstate.h"
+#include "gpu_stage.h"
 #include "gpu_tiles.h"
+#include "launch_cost.h"
 #include "tensor_map.h"
 #include "numerics.h"
 
@@ -70,10 +72,8 @@ struct GpuExec {
   CUevent step_start, step_end, readback;
 
   // Staging layout: where each input feature and each jagged dim's offsets sit in a slot.
-  Schema schema;
-  int *feature_of;            // [ntensors]: schema feature or -1
-  size_t *feature_offset;     // [nfeatures]
-  size_t *offsets_offset;     // [njagged]
+  StagingLayout layout;
+  GpuStaged staged;           // gpu_exec_set_batch's, staged on the calling thread
   Slot slots[NSLOTS];
   int cur;                    // slot of the current batch; -1 before any
   int inflight;               // slot of the step gpu_exec_finish waits for
@@ -94,6 +94,17 @@ struct GpuExec {
   bool capture_failed;        // the last launch_graphed failed while capturing (nothing ran)
   GpuExecStats stats;
   int64_t step_calls;
+  bool enqueued;              // the last launch_one put work on the stream
+
+  // Profiling (gpu_exec_profile): each step one CUDA graph with an event before and after
+  // every launch, so the kernels run back to back and each one's time is its own.
+  bool profile;
+  CUevent *prof_start, *prof_end;  // [nlaunches]
+  bool *prof_ran;                  // [nlaunches]: the launch put work on the stream this step
+  LaunchCost *prof_cost;           // [nlaunches]: its cost for this step's batch
+  CUgraphExec prof_exec;           // the step in flight, when it was profiled
+  GpuLaunchProfile *prof;          // [nlaunches]: the totals
+  int64_t prof_steps;
 
   // The divergence guard, loaded on first use: gpu_helpers.cu's count kernel and its counters.
   CUmodule guard_module;
@@ -108,45 +119,10 @@ static int64_t sym(SymSize s, int64_t B, const int64_t *totals) {
   return s.c + s.b * B + (s.jag >= 0 && totals ? s.t * totals[s.jag] : 0);
 }
 
-static size_t align_up(size_t n) { return (n + 255) & ~(size_t)255; }
-
-int64_t gpu_dtype_bytes(DType t) {
-  switch (t) {
-  case DT_F32: return 4;
-  case DT_BF16: case DT_FP16: case DT_FP8: case DT_MXFP8: return 2;
-  case DT_F64: case DT_I64: return 8;
-  case DT_COUNT: break;
-  }
-  return 4;
-}
-
 // Rows and width of tensor t for a batch (a ROWS tensor: the most rows it can have).
 static void tensor_shape(const GpuExec *g, int ti, int64_t B, const int64_t *totals,
                          int64_t *rows, int64_t *width) {
-  const Tensor *t = &g->ir->tensors[ti];
-  *width = t->width > 0 ? t->width : 1;
-  switch (t->layout) {
-  case LAYOUT_DENSE: *rows = B; return;
-  case LAYOUT_SET: *rows = B * t->set_k; return;
-  case LAYOUT_JAGGED: *rows = totals[t->jag]; return;
-  case LAYOUT_FIXED:
-    *rows = t->nfixed == 2 ? t->fixed[0] : 1;
-    *width = t->nfixed == 2 ? t->fixed[1] : t->fixed[0];
-    return;
-  case LAYOUT_SCALAR: *rows = 1, *width = 1; return;
-  case LAYOUT_ROWS: {
-    // Umax: the id occurrences of the table_grad node that writes it.
-    const Node *n = t->producer >= 0 ? &g->ir->nodes[t->producer] : NULL;
-    int64_t umax = 0;
-    for (int i = 1; n && i + 1 < n->nins; i += 2) {
-      int64_t r, w;
-      tensor_shape(g, n->ins[i], B, totals, &r, &w);
-      umax += r * w;
-    }
-    *rows = umax;
-    return;
-  }
-  }
+  gpu_tensor_shape(g->ir, ti, B, totals, rows, width);
 }
 
 static const int64_t *max_totals(const GpuExec *g, int64_t *buf) {
@@ -238,26 +214,9 @@ static bool alloc_buffers(GpuExec *g, char *err, size_t err_size) {
 
 static bool setup_staging(GpuExec *g, char *err, size_t err_size) {
   const Ir *ir = g->ir;
-  schema_from_ir(ir, &g->schema);
-  g->feature_of = xcalloc((size_t)ir->ntensors, sizeof *g->feature_of);
-  for (int t = 0; t < ir->ntensors; t++) g->feature_of[t] = -1;
-  g->feature_offset = xcalloc((size_t)g->schema.nfeatures, sizeof *g->feature_offset);
-  g->offsets_offset = xcalloc((size_t)ir->njagged, sizeof *g->offsets_offset);
-  int64_t tmax[64];
-  const int64_t *totals = max_totals(g, tmax);
-  size_t at = 0;
-  for (int j = 0; j < ir->njagged; j++) {
-    g->offsets_offset[j] = at;
-    at = align_up(at + (size_t)(g->o.max_batch + 1) * 8);
-  }
-  for (int f = 0; f < g->schema.nfeatures; f++) {
-    int t = g->schema.features[f].tensor;
-    g->feature_of[t] = f;
-    g->feature_offset[f] = at;
-    int64_t rows, width;
-    tensor_shape(g, t, g->o.max_batch, totals, &rows, &width);
-    at = align_up(at + (size_t)(rows * width * gpu_dtype_bytes(ir->tensors[t].dtype)));
-  }
+  if (!staging_layout_init(&g->layout, g->p, g->o.max_batch, g->ctx->sm_count, err, err_size))
+    return false;
+  size_t at = g->layout.bytes;
   for (int s = 0; s < NSLOTS; s++) {
     Slot *sl = &g->slots[s];
     sl->bytes = at;
@@ -367,14 +326,23 @@ void gpu_exec_free(GpuExec *g) {
     free(sl->tile_count);
     free(sl->tile_offset);
   }
+  if (g->prof_exec) d->cuGraphExecDestroy(g->prof_exec);
+  for (int i = 0; g->prof_start && i < g->p->nlaunches; i++) {
+    if (g->prof_start[i]) d->cuEventDestroy(g->prof_start[i]);
+    if (g->prof_end[i]) d->cuEventDestroy(g->prof_end[i]);
+  }
+  free(g->prof_start);
+  free(g->prof_end);
+  free(g->prof_ran);
+  free(g->prof_cost);
+  free(g->prof);
   if (g->guard_counts) d->cuMemFree(g->guard_counts);
   if (g->guard_module) d->cuModuleUnload(g->guard_module);
   for (int m = 0; m < g->nmodules; m++) d->cuModuleUnload(g->modules[m]);
   free(g->modules);
   free(g->launch_fn);
-  free(g->feature_of);
-  free(g->feature_offset);
-  free(g->offsets_offset);
+  staging_layout_free(&g->layout);
+  gpu_staged_free(&g->staged);
   if (g->host_out) d->cuMemFreeHost(g->host_out);
   if (g->host_out16) d->cuMemFreeHost(g->host_out16);
   for (int k = 0; k < g->ntasks; k++) free(g->task_probs[k]);
@@ -393,10 +361,10 @@ void gpu_exec_free(GpuExec *g) {
 // The device address of tensor t for the current batch: inputs live in the staging slot.
 static bool tensor_addr(const GpuExec *g, int t, CUdeviceptr *out) {
   if (t < 0 || t >= g->ir->ntensors) return false;
-  int f = g->feature_of[t];
+  int f = g->layout.feature_of[t];
   if (f >= 0) {
     if (g->cur < 0) return false;
-    *out = g->slots[g->cur].dev + g->feature_offset[f];
+    *out = g->slots[g->cur].dev + g->layout.feature_offset[f];
     return true;
   }
   int b = g->p->tensor_buffer[t];
@@ -437,7 +405,7 @@ static bool arg_value(const GpuExec *g, const LaunchArg *a, int64_t step, ArgVal
     v->ptr = g->buffers[b];
     return true;
   }
-  case ARG_OFFSETS: v->ptr = s->dev + g->offsets_offset[a->jag]; return true;
+  case ARG_OFFSETS: v->ptr = s->dev + g->layout.offsets_offset[a->jag]; return true;
   case ARG_SIZE: v->i = sym(a->size, s->B, s->totals); return true;
   case ARG_INT: v->i = a->i; return true;
   case ARG_FLOAT: v->f = a->f; return true;
@@ -488,6 +456,7 @@ static DType gemm_c_dtype(const GpuExec *g, const Launch *l) {
 
 static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_size) {
   const Launch *l = &g->p->launches[i];
+  g->enqueued = false;
   const Slot *s = &g->slots[g->cur];
   char sizes[512];
   const CudaDriver *d = g->d;
@@ -499,6 +468,7 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_si
     if (bytes > 0 && !CU_CHECK(d->cuMemsetD8Async(v.ptr, 0, (size_t)bytes, g->compute)))
       return fail(err, err_size, "zeroing %" PRId64 " bytes for IR node %d (%s): %s", bytes,
                   l->node, sizes_text(g, sizes, sizeof sizes), cuda_last_error());
+    g->enqueued = bytes > 0;
     return true;
   }
   case LAUNCH_GEMM: {
@@ -521,6 +491,7 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_si
     if (!gemm_run(g->gemm, &sh, a.ptr, b.ptr, c.ptr, bias.ptr, g->compute, e, sizeof e))
       return fail(err, err_size, "launch %d (IR node %d, %s): %s", i, l->node,
                   sizes_text(g, sizes, sizeof sizes), e);
+    g->enqueued = sh.m > 0 && sh.n > 0;
     return true;
   }
   case LAUNCH_KERNEL: break;
@@ -557,6 +528,7 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_si
                 "%d bytes of shared memory; %s): %s", l->kernel, l->node, grid, l->threads,
                 l->smem, sizes_text(g, sizes, sizeof sizes), cuda_last_error());
   g->stats.launches++;
+  g->enqueued = true;
   if (g->o.sync_each_launch && !CU_CHECK(d->cuStreamSynchronize(g->compute)))
     return fail(err, err_size, "kernel %s (IR node %d; grid %" PRId64 " x %d threads; %s) "
                 "failed: %s", l->kernel, l->node, grid, l->threads,
@@ -674,6 +646,106 @@ static bool run_phase(GpuExec *g, int phase, int64_t step, char *err, size_t err
   return launch_phase(g, phase, step, err, err_size);
 }
 
+// --- profiling --------------------------------------------------------------------------
+
+bool gpu_exec_profile(GpuExec *g, bool on, char *err, size_t err_size) {
+  if (on && g->o.sync_each_launch)
+    return fail(err, err_size, "a profile cannot run with GEMC_CUDA_SYNC=1 (a graph has no "
+                "synchronization inside)");
+  if (on && !g->prof_start) {
+    int n = g->p->nlaunches;
+    g->prof_start = xcalloc((size_t)n + 1, sizeof *g->prof_start);
+    g->prof_end = xcalloc((size_t)n + 1, sizeof *g->prof_end);
+    g->prof_ran = xcalloc((size_t)n + 1, sizeof *g->prof_ran);
+    g->prof_cost = xcalloc((size_t)n + 1, sizeof *g->prof_cost);
+    g->prof = xcalloc((size_t)n + 1, sizeof *g->prof);
+    for (int i = 0; i < n; i++)
+      if (!CU_CHECK(g->d->cuEventCreate(&g->prof_start[i], 0)) ||
+          !CU_CHECK(g->d->cuEventCreate(&g->prof_end[i], 0)))
+        return fail(err, err_size, "events for the profile: %s", cuda_last_error());
+  }
+  g->profile = on;
+  return true;
+}
+
+const GpuLaunchProfile *gpu_exec_profile_totals(const GpuExec *g, int64_t *steps) {
+  *steps = g->prof_steps;
+  return g->prof;
+}
+
+// The batch's jagged offsets, from the slot's pinned copy (for the cost of attention).
+static void slot_offsets(const GpuExec *g, const Slot *sl, const int64_t **out) {
+  for (int j = 0; j < g->ir->njagged; j++)
+    out[j] = (const int64_t *)(const void *)((const unsigned char *)sl->host +
+                                             g->layout.offsets_offset[j]);
+}
+
+// One profiled step: every launch of `phases` (and the read-back after the forward) captured
+// into one graph with an event node before and after each launch, then the graph launched.
+// gpu_exec_finish reads the events. Replaying the whole step as a graph keeps the host's
+// launch time out of the kernels' times.
+static bool launch_profiled(GpuExec *g, int phases, int64_t step, char *err, size_t err_size) {
+  const CudaDriver *d = g->d;
+  const Slot *sl = &g->slots[g->cur];
+  const int64_t *offsets[GPU_MAX_JAGGED];
+  slot_offsets(g, sl, offsets);
+  if (!CU_CHECK(d->cuStreamBeginCapture(g->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)))
+    return fail(err, err_size, "starting the profile's graph capture: %s", cuda_last_error());
+  bool ok = true, said = false;  // said: err holds the failure's message
+  static const int order[] = {GPU_FORWARD, GPU_BACKWARD, GPU_OPTIMIZER};
+  for (int o = 0; o < 3 && ok; o++) {
+    if (!(phases & order[o])) continue;
+    for (int i = 0; i < g->p->nlaunches && ok; i++) {
+      if (!in_phase(&g->p->launches[i], order[o])) continue;
+      ok = CU_CHECK(d->cuEventRecordWithFlags(g->prof_start[i], g->compute,
+                                              CU_EVENT_RECORD_EXTERNAL));
+      if (ok && !launch_one(g, i, step, err, err_size)) ok = false, said = true;
+      g->prof_ran[i] = ok && g->enqueued;
+      ok = ok && CU_CHECK(d->cuEventRecordWithFlags(g->prof_end[i], g->compute,
+                                                    CU_EVENT_RECORD_EXTERNAL));
+      if (g->prof_ran[i])
+        g->prof_cost[i] = launch_cost(g->p, i, sl->B, sl->totals, offsets);
+    }
+    if (ok && order[o] == GPU_FORWARD && !queue_readback(g, err, err_size)) ok = false, said = true;
+  }
+  CUgraph graph = NULL;
+  bool ended = CU_CHECK(d->cuStreamEndCapture(g->compute, &graph));
+  ok = ok && ended && CU_CHECK(d->cuGraphInstantiateWithFlags(&g->prof_exec, graph, 0));
+  if (graph) d->cuGraphDestroy(graph);
+  if (!ok) {
+    for (int i = 0; i < g->p->nlaunches; i++) g->prof_ran[i] = false;
+    g->prof_exec = NULL;
+    if (!said) fail(err, err_size, "the profile's CUDA graph: %s", cuda_last_error());
+    return false;
+  }
+  if (!CU_CHECK(d->cuGraphLaunch(g->prof_exec, g->compute)))
+    return fail(err, err_size, "launching the profile's graph: %s", cuda_last_error());
+  return true;
+}
+
+// After a profiled step ended: each launch's time and cost go to the totals.
+static bool collect_profile(GpuExec *g, char *err, size_t err_size) {
+  const CudaDriver *d = g->d;
+  bool ok = true;
+  for (int i = 0; i < g->p->nlaunches && ok; i++) {
+    if (!g->prof_ran[i]) continue;
+    float ms = 0;
+    ok = CU_CHECK(d->cuEventElapsedTime(&ms, g->prof_start[i], g->prof_end[i]));
+    if (!ok) break;
+    g->prof[i].runs++;
+    g->prof[i].ms += ms;
+    g->prof[i].flops += g->prof_cost[i].flops;
+    g->prof[i].bytes += g->prof_cost[i].bytes;
+    g->prof[i].tensor_core = g->prof_cost[i].tensor_core;
+    g->prof_ran[i] = false;
+  }
+  d->cuGraphExecDestroy(g->prof_exec);
+  g->prof_exec = NULL;
+  if (!ok) return fail(err, err_size, "reading the profile's events: %s", cuda_last_error());
+  g->prof_steps++;
+  return true;
+}
+
 bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *err, size_t err_size) {
   if (g->cur < 0) return fail(err, err_size, "no batch was set");
   Slot *s = &g->slots[g->cur];
@@ -683,13 +755,17 @@ bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *err, size_t err
   if (!CU_CHECK(d->cuStreamWaitEvent(g->compute, s->uploaded, 0)) ||
       !CU_CHECK(d->cuEventRecord(g->step_start, g->compute)))
     return fail(err, err_size, "%s", cuda_last_error());
-  if ((phases & GPU_FORWARD) && (!run_phase(g, GPU_FORWARD, step, err, err_size) ||
-                                 !queue_readback(g, err, err_size)))
-    return false;
-  if ((phases & GPU_BACKWARD) && !run_phase(g, GPU_BACKWARD, step, err, err_size))
-    return false;
-  if ((phases & GPU_OPTIMIZER) && !launch_phase(g, GPU_OPTIMIZER, step, err, err_size))
-    return false;
+  if (g->profile && !g->prof_exec) {
+    if (!launch_profiled(g, phases, step, err, err_size)) return false;
+  } else {
+    if ((phases & GPU_FORWARD) && (!run_phase(g, GPU_FORWARD, step, err, err_size) ||
+                                   !queue_readback(g, err, err_size)))
+      return false;
+    if ((phases & GPU_BACKWARD) && !run_phase(g, GPU_BACKWARD, step, err, err_size))
+      return false;
+    if ((phases & GPU_OPTIMIZER) && !launch_phase(g, GPU_OPTIMIZER, step, err, err_size))
+      return false;
+  }
   if (!CU_CHECK(d->cuEventRecord(g->step_end, g->compute)) ||
       !CU_CHECK(d->cuEventRecord(s->consumed, g->compute)))
     return fail(err, err_size, "%s", cuda_last_error());
@@ -707,6 +783,7 @@ bool gpu_exec_finish(GpuExec *g, double *loss, char *err, size_t err_size) {
   float ms = 0;
   if (d->cuEventElapsedTime(&ms, g->step_start, g->step_end) == CU_SUCCESS)
     g->stats.device_ms = ms;
+  if (g->prof_exec && !collect_profile(g, err, err_size)) return false;
   if (!g->readback_queued) {
     if (loss) *loss = NAN;
     return true;
@@ -742,73 +819,43 @@ bool gpu_exec_run_range(GpuExec *g, int from, int to, int64_t step, char *err,
 
 // --- batches ----------------------------------------------------------------------------
 
-static void encode_values(void *dst, const float *src, int64_t n, DType dt) {
-  if (dt == DT_F32) {
-    memcpy(dst, src, (size_t)n * 4);
-    return;
-  }
-  uint16_t *h = dst;
-  for (int64_t i = 0; i < n; i++)
-    h[i] = dt == DT_FP16 ? fp16_encode(src[i]) : bf16_encode(src[i]);
-}
-
-// Builds every tile list of the batch into the slot's pinned memory (growing it and its device
-// copy as needed) and enqueues their upload.
-static bool build_tiles(GpuExec *g, Slot *sl, const Batch *b, char *err, size_t err_size) {
+// Copies the staged tile lists into the slot's pinned memory (growing it and its device copy
+// as needed; the slot's earlier upload and readers are done, see set_staged) and enqueues
+// their upload.
+static bool upload_tiles(GpuExec *g, Slot *sl, const GpuStaged *st, char *err,
+                         size_t err_size) {
   const CudaDriver *d = g->d;
-  size_t used = 0;
-  for (int t = 0; t < g->p->ntiles; t++) {
-    const TileList *tl = &g->p->tiles[t];
-    int32_t *words = NULL;
-    int64_t n = gpu_tiles_build(tl, b->B, tl->q_jag >= 0 ? b->offsets[tl->q_jag] : NULL,
-                                tl->kv_jag >= 0 ? b->offsets[tl->kv_jag] : NULL,
-                                tl->zigzag ? g->ctx->sm_count : 0, &words);
-    if (n < 0) return fail(err, err_size, "out of memory building attention tiles");
-    size_t need = used + (size_t)n * GPU_TILE_INTS;
-    if ((int64_t)need > sl->tile_words_cap) {
-      // Grow both copies; the slot's earlier upload and readers are done (see set_batch), but
-      // the lists already packed for this batch must be kept.
-      int64_t cap = sl->tile_words_cap ? sl->tile_words_cap : 1 << 16;
-      while (cap < (int64_t)need) cap *= 2;
-      int32_t *host = NULL;
-      if (!CU_CHECK(d->cuMemAllocHost((void **)&host, (size_t)cap * 4))) {
-        free(words);
-        return fail(err, err_size, "pinned memory for tile lists: %s", cuda_last_error());
-      }
-      if (used) memcpy(host, sl->host_tiles, used * 4);
-      if (sl->host_tiles) d->cuMemFreeHost(sl->host_tiles);
-      if (sl->dev_tiles) d->cuMemFree(sl->dev_tiles);
-      sl->host_tiles = host;
-      sl->dev_tiles = 0;
-      if (!alloc_device(g, &sl->dev_tiles, (size_t)cap * 4, "attention tile lists", err,
-                        err_size)) {
-        free(words);
-        return false;
-      }
-      sl->tile_words_cap = cap;
-    }
-    if (n > 0) memcpy(sl->host_tiles + used, words, (size_t)n * GPU_TILE_INTS * 4);
-    free(words);
-    sl->tile_count[t] = n;
-    sl->tile_offset[t] = used;
-    used = (need + 63) / 64 * 64;
+  int64_t words = st->tile_words;
+  if (words > sl->tile_words_cap) {
+    int64_t cap = sl->tile_words_cap ? sl->tile_words_cap : 1 << 16;
+    while (cap < words) cap *= 2;
+    if (sl->host_tiles) d->cuMemFreeHost(sl->host_tiles);
+    if (sl->dev_tiles) d->cuMemFree(sl->dev_tiles);
+    sl->host_tiles = NULL;
+    sl->dev_tiles = 0;
+    sl->tile_words_cap = 0;
+    if (!CU_CHECK(d->cuMemAllocHost((void **)&sl->host_tiles, (size_t)cap * 4)))
+      return fail(err, err_size, "pinned memory for tile lists: %s", cuda_last_error());
+    if (!alloc_device(g, &sl->dev_tiles, (size_t)cap * 4, "attention tile lists", err,
+                      err_size))
+      return false;
+    sl->tile_words_cap = cap;
   }
-  if (used > 0 && !CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev_tiles, sl->host_tiles, used * 4,
-                                                 g->copy)))
+  memcpy(sl->tile_count, st->tile_count, (size_t)g->p->ntiles * sizeof *sl->tile_count);
+  memcpy(sl->tile_offset, st->tile_offset, (size_t)g->p->ntiles * sizeof *sl->tile_offset);
+  if (words == 0) return true;
+  memcpy(sl->host_tiles, st->tiles, (size_t)words * 4);
+  if (!CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev_tiles, sl->host_tiles, (size_t)words * 4,
+                                     g->copy)))
     return fail(err, err_size, "uploading the tile lists: %s", cuda_last_error());
   return true;
 }
 
-bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *err, size_t err_size) {
+const StagingLayout *gpu_exec_layout(const GpuExec *g) { return &g->layout; }
+
+bool gpu_exec_set_staged(GpuExec *g, const GpuStaged *st, char *err, size_t err_size) {
   const CudaDriver *d = g->d;
   const Ir *ir = g->ir;
-  if (b->B > g->o.max_batch)
-    return fail(err, err_size, "a batch of %" PRId64 " examples; the GPU executor was set up "
-                "for at most %" PRId64, b->B, g->o.max_batch);
-  for (int j = 0; j < ir->njagged; j++)
-    if (b->offsets[j][b->B] > b->B * ir->jagged[j].max_len)
-      return fail(err, err_size, "jagged dim %s: total %" PRId64 " exceeds B x max length",
-                  ir->jagged[j].name, b->offsets[j][b->B]);
   Slot *sl = &g->slots[g->next];
   // The slot's pinned memory must not be overwritten while its previous upload runs, nor its
   // device copy while a step still reads it.
@@ -816,41 +863,26 @@ bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *err, size_t err_size) 
                    !CU_CHECK(d->cuEventSynchronize(sl->consumed))))
     return fail(err, err_size, "waiting for the previous use of a batch slot: %s",
                 cuda_last_error());
-  sl->B = b->B;
-  unsigned char *host = sl->host;
-  for (int j = 0; j < ir->njagged; j++) {
-    sl->totals[j] = b->offsets[j][b->B];
-    memcpy(host + g->offsets_offset[j], b->offsets[j], (size_t)(b->B + 1) * 8);
+  sl->B = st->B;
+  for (int j = 0; j < ir->njagged; j++) sl->totals[j] = st->totals[j];
+  if (st->used > 0) {
+    memcpy(sl->host, st->image, st->used);
+    // One copy of the whole used prefix: the regions are laid out back to back.
+    if (!CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev, sl->host, st->used, g->copy)))
+      return fail(err, err_size, "uploading the batch: %s", cuda_last_error());
   }
-  size_t upto = 0;
-  for (int f = 0; f < g->schema.nfeatures; f++) {
-    const Feature *ft = &g->schema.features[f];
-    int t = ft->tensor;
-    int64_t rows, width;
-    tensor_shape(g, t, b->B, sl->totals, &rows, &width);
-    void *dst = host + g->feature_offset[f];
-    DType dt = ir->tensors[t].dtype;
-    if (ft->kind == FEATURE_IDS)
-      memcpy(dst, b->ids[f], (size_t)(rows * width) * 8);
-    else
-      encode_values(dst, b->values[f], rows * width, dt);
-    size_t end = g->feature_offset[f] + (size_t)(rows * width * gpu_dtype_bytes(dt));
-    if (end > upto) upto = end;
-  }
-  for (int j = 0; j < ir->njagged; j++) {
-    size_t end = g->offsets_offset[j] + (size_t)(b->B + 1) * 8;
-    if (end > upto) upto = end;
-  }
-  // One copy of the whole used prefix: the regions are laid out back to back.
-  if (upto > 0 && !CU_CHECK(d->cuMemcpyHtoDAsync(sl->dev, sl->host, upto, g->copy)))
-    return fail(err, err_size, "uploading the batch: %s", cuda_last_error());
-  if (g->p->ntiles > 0 && !build_tiles(g, sl, b, err, err_size)) return false;
+  if (g->p->ntiles > 0 && !upload_tiles(g, sl, st, err, err_size)) return false;
   if (!CU_CHECK(d->cuEventRecord(sl->uploaded, g->copy)))
     return fail(err, err_size, "%s", cuda_last_error());
   sl->used = true;
   g->cur = g->next;
   g->next = (g->next + 1) % NSLOTS;
   return true;
+}
+
+bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *err, size_t err_size) {
+  return gpu_stage_batch(&g->layout, b, &g->staged, err, err_size) &&
+         gpu_exec_set_staged(g, &g->staged, err, err_size);
 }
 
 // --- parameters and tensors -------------------------------------------------------------
@@ -874,7 +906,7 @@ bool gpu_exec_write_tensor(GpuExec *g, int t, const float *data, int64_t numel, 
   if (dt == DT_I64) {
     for (int64_t i = 0; i < numel; i++) ((int64_t *)tmp)[i] = (int64_t)data[i];
   } else {
-    encode_values(tmp, data, numel, dt);
+    gpu_encode_values(tmp, data, numel, dt);
   }
   // On the compute stream (not the legacy default stream, which the non-blocking compute
   // stream does not wait for), then waited for, so tmp can go and later launches see it.

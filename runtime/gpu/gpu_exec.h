@@ -27,6 +27,7 @@
 #include "batch.h"
 #include "cpu_exec.h"
 #include "cuda_driver.h"
+#include "gpu_stage.h"
 #include "optim.h"
 #include "plan.h"
 
@@ -62,6 +63,13 @@ bool gpu_exec_upload_optstate(GpuExec *g, int t, const OptimState *s, char *err,
 // Packs batch `b` into pinned memory and enqueues its upload on the copy stream. The batch can
 // be reused as soon as this returns.
 bool gpu_exec_set_batch(GpuExec *g, const Batch *b, char *err, size_t err_size);
+
+// The same in two halves: gpu_stage_batch(gpu_exec_layout(g), ...) on any thread (it reads
+// only the layout and the plan), then gpu_exec_set_staged on the executor's thread, which
+// copies the staged batch into a pinned slot and enqueues its upload. `st` can be reused as
+// soon as it returns.
+const StagingLayout *gpu_exec_layout(const GpuExec *g);
+bool gpu_exec_set_staged(GpuExec *g, const GpuStaged *st, char *err, size_t err_size);
 
 enum { GPU_FORWARD = 1, GPU_BACKWARD = 2, GPU_OPTIMIZER = 4, GPU_TRAIN = 7 };
 // Enqueues the launches of `phases` for the current batch (optimizer launches with step
@@ -106,7 +114,19 @@ typedef struct GpuExecStats {
 } GpuExecStats;
 void gpu_exec_stats(const GpuExec *g, GpuExecStats *out);
 
-// Bytes per element of a tensor stored as dtype t (fp8/mxfp8 are stored as bf16).
-int64_t gpu_dtype_bytes(DType t);
+// Profiling. While on, each gpu_exec_launch captures its launches into one CUDA graph with an
+// event before and after every launch and runs it (the kernels back to back, the host's launch
+// time out of their times); gpu_exec_finish adds each launch's time and its cost for the batch
+// (launch_cost.h) to the totals. Such a step is slower than a plain one: time steps apart.
+typedef struct GpuLaunchProfile {
+  int64_t runs;        // steps in which the launch put work on the GPU
+  double ms;           // their summed time
+  double flops, bytes; // their summed cost
+  bool tensor_core;
+} GpuLaunchProfile;
+bool gpu_exec_profile(GpuExec *g, bool on, char *err, size_t err_size);
+// [Plan.nlaunches] totals over `*steps` profiled steps, or NULL before any.
+const GpuLaunchProfile *gpu_exec_profile_totals(const GpuExec *g, int64_t *steps);
+
 
 #endif

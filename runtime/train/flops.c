@@ -1,106 +1,15 @@
 // flops.c: the FLOP count of flops.h.
 #include "flops.h"
 
-#include <stddef.h>
-
+#include "ir_flops.h"
 #include "target.h"
 
-// Rows of tensor t in example e (jagged: its length; set: k; dense: 1; fixed: its rows).
-static int64_t rows_of_example(const Ir *ir, const Batch *b, int t, int64_t e) {
-  const Tensor *x = &ir->tensors[t];
-  switch (x->layout) {
-  case LAYOUT_JAGGED: return b->offsets[x->jag][e + 1] - b->offsets[x->jag][e];
-  case LAYOUT_SET: return x->set_k;
-  case LAYOUT_FIXED: return x->nfixed == 2 ? x->fixed[0] : 1;
-  default: return 1;
-  }
-}
-
-static int64_t total_rows(const Ir *ir, const Batch *b, int t) {
-  const Tensor *x = &ir->tensors[t];
-  switch (x->layout) {
-  case LAYOUT_DENSE: return b->B;
-  case LAYOUT_SET: return b->B * x->set_k;
-  case LAYOUT_JAGGED: return b->offsets[x->jag][b->B];
-  case LAYOUT_FIXED: return x->nfixed == 2 ? x->fixed[0] : 1;
-  default: return 1;
-  }
-}
-
-static int64_t width_of(const Tensor *x) {
-  if (x->layout == LAYOUT_FIXED) return x->nfixed == 2 ? x->fixed[1] : x->fixed[0];
-  return x->width > 0 ? x->width : 1;
-}
-
-// 2·M·K·N with the weight the node's 2-D fixed input [K, N] and M the rows it runs over.
-static double matmul_flops(const Ir *ir, const Batch *b, const Node *n) {
-  const Tensor *w = NULL;
-  for (int i = 0; i < n->nins && !w; i++) {
-    const Tensor *x = &ir->tensors[n->ins[i]];
-    if (x->layout == LAYOUT_FIXED && x->nfixed == 2 &&
-        (x->kind == TENSOR_PARAM || x->kind == TENSOR_VALUE))
-      w = x;
-  }
-  const Tensor *out = &ir->tensors[n->out];
-  if (!w && out->layout == LAYOUT_FIXED && out->nfixed == 2) w = out;  // linear_bwd_w
-  if (!w) return 0;
-  int64_t m = out->layout == LAYOUT_FIXED ? total_rows(ir, b, n->ins[0])
-                                          : total_rows(ir, b, n->out);
-  return 2.0 * (double)m * (double)w->fixed[0] * (double)w->fixed[1];
-}
-
-// Forward attention: 4·d per visible pair, summed over the examples.
-static double attention_flops(const Ir *ir, const Batch *b, const Node *n) {
-  int64_t d = width_of(&ir->tensors[n->ins[0]]);
-  double pairs = 0;
-  for (int64_t e = 0; e < b->B; e++) {
-    int64_t lq = rows_of_example(ir, b, n->out, e);
-    int64_t lk = rows_of_example(ir, b, n->ins[1], e);
-    if (n->mask != MASK_CAUSAL && n->window <= 0) {
-      pairs += (double)lq * (double)lk;
-      continue;
-    }
-    for (int64_t i = 0; i < lq; i++) {
-      int64_t vis = n->mask == MASK_CAUSAL ? (i + 1 < lk ? i + 1 : lk) : lk;
-      if (n->window > 0 && vis > n->window) vis = n->window;
-      pairs += (double)vis;
-    }
-  }
-  return 4.0 * (double)d * pairs;
-}
-
+// The count per node is the IR's (ir_flops.h), shared with the per-launch cost model.
 double step_flops(const Ir *ir, const Batch *b, bool backward) {
+  const int64_t *const *offsets = (const int64_t *const *)b->offsets;
   double total = 0;
   int end = backward ? ir->nnodes : ir->nforward;
-  for (int i = 0; i < end; i++) {
-    const Node *n = &ir->nodes[i];
-    switch (n->op) {
-    case OP_LINEAR:
-    case OP_LINEAR_ACT_BWD:
-    case OP_LINEAR_BWD_X:
-    case OP_LINEAR_BWD_W: total += matmul_flops(ir, b, n); break;
-    case OP_DOT_INTERACT: {
-      double d = (double)width_of(&ir->tensors[n->ins[0]]), parts = n->nins;
-      total += 2.0 * (double)b->B * parts * parts * d;
-      break;
-    }
-    case OP_ATTENTION: total += attention_flops(ir, b, n); break;
-    case OP_ATTENTION_BWD_Q:
-    case OP_ATTENTION_BWD_K:
-    case OP_ATTENTION_BWD_V:
-      // 2.5 x forward for the three together; the output rows are not q's for dK and dV, so
-      // the forward node's count is reused.
-      for (int f = 0; f < ir->nforward; f++) {
-        const Node *fw = &ir->nodes[f];
-        if (fw->op == OP_ATTENTION && fw->ins[0] == n->ins[0] && fw->ins[1] == n->ins[1]) {
-          total += attention_flops(ir, b, fw) * 2.5 / 3.0;
-          break;
-        }
-      }
-      break;
-    default: break;
-    }
-  }
+  for (int i = 0; i < end; i++) total += ir_node_flops(ir, i, b->B, offsets);
   return total;
 }
 

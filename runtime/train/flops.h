@@ -2,7 +2,7 @@
 // batch's real jagged lengths (never the padded max), for Local MFU: matmuls (linear and its
 // backward ops, dot_interact) as 2·M·K·N, attention as 4·d per visible (query, key) pair
 // forward and 2.5 times that backward (the flash-attention convention), everything else not
-// counted. docs/gpu.md gives the formulas.
+// counted. The count per node is compiler/ir/ir_flops.h's; docs/gpu.md gives the formulas.
 // defines: step_flops, peak_tflops
 #ifndef GEMC_FLOPS_H
 #define GEMC_FLOPS_H

@@ -128,6 +128,52 @@ static void write_task(JsonWriter *w, const char *name, const TaskMetrics *m, do
   json_end_object(w);
 }
 
+// The step's speed: its time, the useful FLOP rate, Local MFU against the target's datasheet
+// peak (the cuda backend; null on the cpu), and --profile's table when there was one.
+static void write_speed(JsonWriter *w, const Trainer *t, const LoopResult *r) {
+  int64_t timed = trainer_timed_steps(t);
+  double secs = trainer_step_seconds(t), peak = trainer_peak_tflops(t);
+  double tflops = secs > 0 ? trainer_flops(t) / secs / 1e12 : NAN;
+  key_int(w, "timed_steps", r->timed_steps);
+  key_number(w, "step_ms", timed > 0 ? 1e3 * secs / (double)timed : NAN);
+  key_number(w, "useful_tflops", tflops);
+  key_string(w, "device", trainer_device(t));
+  key_number(w, "peak_tflops", trainer_device(t) ? peak : NAN);
+  key_number(w, "local_mfu", trainer_device(t) && peak > 0 ? tflops / peak : NAN);
+  Profile prof;
+  json_key(w, "profile");
+  if (!trainer_profile(t, &prof)) {
+    json_string(w, NULL);
+    return;
+  }
+  double step_ms = timed > 0 ? 1e3 * secs / (double)timed : NAN;
+  json_begin_object(w);
+  key_int(w, "steps", prof.steps);
+  key_number(w, "kernel_ms", prof.kernel_ms);
+  key_number(w, "step_ms", step_ms);
+  key_number(w, "not_kernel_ms", step_ms - prof.kernel_ms);
+  json_key(w, "kernels");
+  json_begin_array(w);
+  for (int k = 0; k < prof.nrows; k++) {
+    const ProfileRow *row = &prof.rows[k];
+    json_begin_object(w);
+    key_string(w, "kernel", row->kernel);
+    key_string(w, "op", row->op);
+    key_string(w, "pass", row->optimizer ? "optimizer" : row->backward ? "backward" : "forward");
+    key_number(w, "launches", row->launches);
+    key_number(w, "ms", row->ms);
+    key_number(w, "flops", row->flops);
+    key_number(w, "bytes", row->bytes);
+    key_string(w, "bound", row->tensor_core ? "tensor_core" : row->flops > 0 ? "fp32" : "bandwidth");
+    key_number(w, "roofline_ms", row->roofline_ms);
+    key_number(w, "of_roofline", row->ms > 0 ? row->roofline_ms / row->ms : NAN);
+    json_end_object(w);
+  }
+  json_end_array(w);
+  json_end_object(w);
+  profile_free(&prof);
+}
+
 static void write_optim(JsonWriter *w, const Optim *o) {
   json_begin_object(w);
   key_string(w, "kind", optim_name(o->kind));
@@ -184,6 +230,7 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
   key_number(w, "examples_per_second", r->examples_per_second);
   key_number(w, "step_seconds", trainer_step_seconds(t));
   key_number(w, "wall_seconds", r->seconds);
+  write_speed(w, t, r);
 
   json_key(w, "train");
   json_begin_object(w);

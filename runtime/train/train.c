@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "batch.h"
+#include "batch_pipeline.h"
 #include "checked.h"
 #include "checkpoint.h"
 #include "cpu_exec.h"
@@ -23,6 +24,7 @@
 #include "hash.h"
 #include "internal_error.h"
 #include "optim.h"
+#include "target.h"
 #include "train_gpu.h"
 
 // The synthetic held-out examples start here; the training stream would need 2^50 examples
@@ -74,7 +76,10 @@ struct Trainer {
   double *teacher_ne;
   double step_seconds;
   TrainerTimes times;  // where the GPU steps' wall time went
-  double flops;          // useful FLOPs of this run's steps
+  double flops;          // useful FLOPs of the timed steps
+  int64_t timed_steps;   // steps whose time is in step_seconds (not the profiled ones)
+  int64_t profile_from, profile_count;  // the steps gpu_exec_profile times launch by launch
+  bool profiling;        // the step in flight is profiled
 
   // The cuda backend: the session, whether the next training batch is already uploaded
   // (prefetched while the previous step ran), and each task's labels of the step in flight.
@@ -85,6 +90,7 @@ struct Trainer {
   Node *gpu_nodes;        // gpu_ir's nodes (owned), when schedules are given
   bool gpu_prefetched;
   float **gpu_labels;    // [ntasks][B]
+  BatchPipeline *pipeline;  // makes and stages the training batches ahead (NULL: inline)
 
   // The divergence guard.
   TrainFailure failure;
@@ -93,6 +99,9 @@ struct Trainer {
   int64_t *skipped_steps;  // this run's, [nskipped]
   int64_t nskipped, cap_skipped;
 };
+
+static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
+                          double *stage_s, char *err, size_t err_size);
 
 static double now_seconds(void) {
   struct timespec ts;
@@ -307,6 +316,11 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     t->gpu_labels = xcalloc((size_t)t->ntasks, sizeof *t->gpu_labels);
     for (int k = 0; ok && k < t->ntasks; k++)
       t->gpu_labels[k] = xcalloc((size_t)t->B, sizeof(float));
+    // Three items: the one being copied, the next one ready, one being made.
+    const char *env = getenv("GEMC_PIPELINE");
+    if (ok && !(env && strcmp(env, "0") == 0))
+      t->pipeline = pipeline_new(3, &t->schema, t->B, t->B, produce_batch, t);
+    t->times.pipelined = t->pipeline != NULL;
   }
   if (!ok) {
     trainer_free(t);
@@ -317,6 +331,7 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
 
 void trainer_free(Trainer *t) {
   if (!t) return;
+  pipeline_free(t->pipeline);  // before the data source and the session it uses
   for (int i = 0; i < t->ntrained; i++) optim_state_free(&t->trained[i].st);
   free(t->trained);
   for (int k = 0; k < t->ntasks; k++) {
@@ -346,24 +361,75 @@ void trainer_free(Trainer *t) {
 
 // --- data -------------------------------------------------------------------------------
 
-// Fills t->batch with training examples [cursor, cursor + B) of the stream. A data file's
-// training split repeats: examples past its end wrap around to its start.
-static bool next_training_batch(Trainer *t, char *err, size_t err_size) {
+// Fills *b with training examples [cursor, cursor + B) of the stream. A data file's training
+// split repeats: examples past its end wrap around to its start. With the pipeline, only its
+// producer thread calls this (the evaluation pauses it first).
+static bool training_batch_at(Trainer *t, int64_t cursor, Batch *b, char *err,
+                              size_t err_size) {
   if (t->synth) {
-    synth_batch(t->synth, t->cursor, &t->batch);
+    synth_batch(t->synth, cursor, b);
     return true;
   }
-  int64_t first = t->cursor % t->train_span;
+  int64_t first = cursor % t->train_span;
   if (first + t->B <= t->train_span)
-    return datafile_read(t->reader, first, &t->batch, err, err_size);
+    return datafile_read(t->reader, first, b, err, err_size);
   // The batch wraps: the split's last examples, then its first ones.
   if (!t->spare.B) batch_alloc(&t->spare, &t->schema, t->B);
   int64_t head = t->train_span - first;
   if (!datafile_read(t->reader, first, &t->spare, err, err_size)) return false;
-  batch_copy(&t->schema, &t->batch, 0, &t->spare, 0, head);
+  batch_copy(&t->schema, b, 0, &t->spare, 0, head);
   if (!datafile_read(t->reader, 0, &t->spare, err, err_size)) return false;
-  batch_copy(&t->schema, &t->batch, head, &t->spare, 0, t->B - head);
+  batch_copy(&t->schema, b, head, &t->spare, 0, t->B - head);
   return true;
+}
+
+static bool next_training_batch(Trainer *t, char *err, size_t err_size) {
+  return training_batch_at(t, t->cursor, &t->batch, err, err_size);
+}
+
+// The pipeline's producer: the batch of `cursor`, staged for the GPU.
+static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
+                          double *stage_s, char *err, size_t err_size) {
+  Trainer *t = ctx;
+  double t0 = now_seconds();
+  bool ok = training_batch_at(t, cursor, b, err, err_size);
+  double t1 = now_seconds();
+  ok = ok && gpu_session_stage(t->gpu, b, st, err, err_size);
+  *make_s = t1 - t0;
+  *stage_s = now_seconds() - t1;
+  return ok;
+}
+
+// Makes the batch of `cursor` current on the GPU (its upload enqueued) and in t->batch: from
+// the pipeline, or made here when there is none.
+static bool gpu_batch_at(Trainer *t, int64_t cursor, char *err, size_t err_size) {
+  double t0 = now_seconds();
+  if (!t->pipeline) {
+    bool ok = training_batch_at(t, cursor, &t->batch, err, err_size);
+    double t1 = now_seconds();
+    ok = ok && gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
+    t->times.batch_s += t1 - t0;
+    t->times.upload_s += now_seconds() - t1;
+    return ok;
+  }
+  double waited = 0;
+  PipelineItem *it = pipeline_take(t->pipeline, cursor, &waited);
+  if (!it->ok) {
+    fail(err, err_size, "%s", it->err);
+    pipeline_release(t->pipeline, it);
+    return false;
+  }
+  Batch mine = t->batch;  // the item keeps this one's storage for a later batch
+  t->batch = it->batch;
+  it->batch = mine;
+  double t1 = now_seconds();
+  bool ok = gpu_session_set_staged(t->gpu, &it->staged, err, err_size);
+  t->times.batch_s += it->make_s;
+  t->times.upload_s += it->stage_s;
+  t->times.batch_wait_s += waited;
+  t->times.copy_s += now_seconds() - t1;
+  pipeline_release(t->pipeline, it);
+  return ok;
 }
 
 static bool bind_batch(Trainer *t, char *err, size_t err_size) {
@@ -565,10 +631,7 @@ const int64_t *trainer_skipped_steps(const Trainer *t, int64_t *n) {
 // gradients are checked (on the device) before the optimizer is launched, or not. The next
 // batch is uploaded while the update runs.
 static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_size) {
-  if (!t->gpu_prefetched &&
-      (!next_training_batch(t, err, err_size) ||
-       !gpu_session_set_batch(t->gpu, &t->batch, err, err_size)))
-    return false;
+  if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, err, err_size)) return false;
   t->gpu_prefetched = false;
   t->flops += step_flops(t->ir, &t->batch, true);
   for (int k = 0; k < t->ntasks; k++)
@@ -596,10 +659,7 @@ static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_siz
     }
   }
   if (!skip && !gpu_session_launch_update(t->gpu, t->step + 1, err, err_size)) return false;
-  t->cursor += t->B;
-  t->gpu_prefetched = next_training_batch(t, err, err_size) &&
-                      gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
-  t->cursor -= t->B;
+  t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, err, err_size);
   double ignored;
   if (!skip && !gpu_session_finish(t->gpu, &ignored, err, err_size)) return false;
   if (skip) {
@@ -619,34 +679,39 @@ static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_siz
 // One step on the GPU. The batch of this step was usually uploaded during the previous step;
 // while this one runs, the next batch is made and uploaded (the copy stream overlaps it with
 // compute), then the loss and the probabilities are read back.
+// Turns the profile on for the steps of trainer_profile_range, off after them.
+static bool set_profiling(Trainer *t, char *err, size_t err_size) {
+  bool on = t->step >= t->profile_from && t->step < t->profile_from + t->profile_count;
+  if (on == t->profiling) return true;
+  t->profiling = on;
+  return gpu_session_profile(t->gpu, on, err, err_size);
+}
+
 static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double t0 = now_seconds();
-  if (!t->gpu_prefetched &&
-      (!next_training_batch(t, err, err_size) ||
-       !gpu_session_set_batch(t->gpu, &t->batch, err, err_size)))
-    return false;
-  t->flops += step_flops(t->ir, &t->batch, true);
+  if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, err, err_size)) return false;
+  if (!set_profiling(t, err, err_size)) return false;
+  if (!t->profiling) t->flops += step_flops(t->ir, &t->batch, true);
   for (int k = 0; k < t->ntasks; k++)
     memcpy(t->gpu_labels[k], task_labels(t, k), (size_t)t->B * sizeof(float));
   double t1 = now_seconds();
   if (!gpu_session_launch(t->gpu, true, t->step + 1, err, err_size)) return false;
   double t2 = now_seconds();
-  t->cursor += t->B;
-  bool made = next_training_batch(t, err, err_size);
+  // The next batch: its making and staging ran on the pipeline's thread meanwhile (or run
+  // here without one); its copy into a slot and its upload overlap this step.
+  t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, err, err_size);
   double t3 = now_seconds();
-  t->gpu_prefetched = made && gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
-  t->cursor -= t->B;
-  double t4 = now_seconds();
   double l;
   if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
-  double t5 = now_seconds();
-  t->times.steps++;
-  t->times.launch_s += t2 - t1;
-  t->times.batch_s += t3 - t2;
-  t->times.upload_s += t4 - t3;
-  t->times.wait_s += t5 - t4;
-  t->times.other_s += t1 - t0;
-  t->times.device_s += 1e-3 * gpu_session_device_ms(t->gpu);
+  double t4 = now_seconds();
+  if (!t->profiling) {
+    t->times.steps++;
+    t->times.launch_s += t2 - t1;
+    t->times.prefetch_s += t3 - t2;
+    t->times.wait_s += t4 - t3;
+    t->times.other_s += t1 - t0;
+    t->times.device_s += 1e-3 * gpu_session_device_ms(t->gpu);
+  }
   if (test_nan(t)) l = NAN;
   // The update ran with the step; training stops here, and nothing is saved after it.
   if (!isfinite(l)) return guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size);
@@ -670,7 +735,10 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
     push_loss(t, *loss);
     t->step++;
     t->cursor += t->B;
-    t->step_seconds += now_seconds() - start;
+    if (!t->profiling) {
+      t->step_seconds += now_seconds() - start;
+      t->timed_steps++;
+    }
     return true;
   }
   if (!next_training_batch(t, err, err_size) || !bind_batch(t, err, err_size)) return false;
@@ -707,6 +775,7 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   t->cursor += t->B;
   *loss = l;
   t->step_seconds += now_seconds() - start;
+  t->timed_steps++;
   return true;
 }
 
@@ -719,6 +788,8 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
   double loss_sum = 0;
   int64_t nbatches = t->eval_count / t->B;
   bool ok = true;
+  // The evaluation uses the data source itself: the producer rests meanwhile.
+  if (t->pipeline) pipeline_pause(t->pipeline);
   for (int64_t i = 0; ok && i < nbatches; i++) {
     int64_t first = t->eval_first + i * t->B;
     if (t->synth) synth_batch(t->synth, first, &t->batch);
@@ -746,6 +817,7 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
       metrics_add(&teacher[k], teacher_probs, task_labels(t, k), t->B);
     }
   }
+  if (t->pipeline) pipeline_resume(t->pipeline);
   for (int k = 0; k < t->ntasks; k++) {
     task_metrics_from(&model[k], &t->eval_tasks[k]);
     t->teacher_ne[k] = t->synth ? metrics_ne(&teacher[k]) : NAN;
@@ -985,8 +1057,11 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
       // The synthetic stream is the checkpoint's, whatever seed this run was given.
       t->opt.seed = (uint64_t)s.counters[2];
       if (t->synth) {
+        // The producer must not be making a batch from the synth being replaced.
+        if (t->pipeline) pipeline_pause(t->pipeline);
         synth_free(t->synth);
         t->synth = make_synth(t);
+        if (t->pipeline) pipeline_resume(t->pipeline);
       }
     }
     t->ncurve = 0;
@@ -1039,6 +1114,21 @@ int64_t trainer_eval_examples(const Trainer *t) { return t->eval_count; }
 int64_t trainer_train_examples(const Trainer *t) { return t->synth ? 0 : t->train_span; }
 const Optim *trainer_dense_optim(const Trainer *t) { return &t->dense_optim; }
 double trainer_step_seconds(const Trainer *t) { return t->step_seconds; }
+int64_t trainer_timed_steps(const Trainer *t) { return t->timed_steps; }
+
+void trainer_profile_range(Trainer *t, int64_t from, int64_t count) {
+  t->profile_from = from;
+  t->profile_count = t->gpu ? count : 0;
+}
+
+bool trainer_profile(const Trainer *t, Profile *out) {
+  memset(out, 0, sizeof *out);
+  if (!t->gpu) return false;
+  int64_t steps = 0;
+  const GpuLaunchProfile *totals = gpu_session_profile_totals(t->gpu, &steps);
+  return profile_build(gpu_session_plan(t->gpu), totals, steps,
+                       target_find(gpu_session_arch(t->gpu)), out);
+}
 const TrainerTimes *trainer_times(const Trainer *t) { return &t->times; }
 const char *trainer_device(const Trainer *t) { return t->gpu ? gpu_session_device(t->gpu) : NULL; }
 double trainer_flops(const Trainer *t) { return t->flops; }

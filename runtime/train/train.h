@@ -13,6 +13,7 @@
 
 #include "ir.h"
 #include "metrics.h"
+#include "profile_report.h"
 #include "synth.h"
 
 // Command-line overrides of the optimizers' hyper-parameters; NaN leaves the model's value.
@@ -137,15 +138,27 @@ int64_t trainer_param_count(const Trainer *t, int64_t *in_tables);  // learned s
 int64_t trainer_eval_examples(const Trainer *t);
 int64_t trainer_train_examples(const Trainer *t);   // data file: the training split; 0: synthetic
 const Optim *trainer_dense_optim(const Trainer *t); // after overrides
-// Where the wall time of the GPU steps went (plain steps; --on-nan skip steps are not split):
-// each step launches its kernels, makes the next batch and enqueues its upload while the GPU
-// runs, then waits for the step to end. device_s sums the steps' CUDA-event times.
+// Where the wall time of the GPU steps went (plain steps; --on-nan skip steps are not split).
+// Each step launches its kernels (launch_s), then takes the next batch and enqueues its upload
+// while the GPU runs (prefetch_s), then waits for the step to end (wait_s). The next batch is
+// made (batch_s) and staged for the GPU (upload_s: inputs encoded, tile lists dealt) on the
+// batch pipeline's thread, off the critical path, unless GEMC_PIPELINE=0; prefetch_s holds the
+// wait for it (batch_wait_s) and its copy into pinned memory (copy_s). device_s sums the
+// steps' CUDA-event times.
 typedef struct TrainerTimes {
   int64_t steps;
-  double launch_s, batch_s, upload_s, wait_s, other_s, device_s;
+  double launch_s, prefetch_s, wait_s, other_s, device_s;
+  double batch_s, upload_s, batch_wait_s, copy_s;
+  bool pipelined;
 } TrainerTimes;
 const TrainerTimes *trainer_times(const Trainer *t);
 double trainer_step_seconds(const Trainer *t);      // wall time spent in trainer_step this run
+                                                    // (the profiled steps left out)
+int64_t trainer_timed_steps(const Trainer *t);      // the steps in trainer_step_seconds
+// --profile: steps [from, from + count) of the cuda backend are timed launch by launch
+// (profile_report.h) and left out of the step time; trainer_profile groups what they measured.
+void trainer_profile_range(Trainer *t, int64_t from, int64_t count);
+bool trainer_profile(const Trainer *t, Profile *out);
 // The cuda backend: the device ("NVIDIA H200 (sm_90a, ...)"), or NULL on the CPU backend.
 const char *trainer_device(const Trainer *t);
 // Useful FLOPs of the steps taken this run (flops.h, over the real jagged lengths), and the
@@ -165,10 +178,13 @@ typedef struct LoopOptions {
   int live;               // progress: -1 decide from the terminal, 0 plain lines, 1 live line
   FILE *out;              // the learning curve (stdout)
   FILE *err;              // the progress (stderr)
+  int64_t profile_steps;  // cuda: time this many steps launch by launch (after a warm-up of
+                          // up to 10 steps); they are left out of the step time
 } LoopOptions;
 
 typedef struct LoopResult {
   int64_t steps;              // steps taken in this run
+  int64_t timed_steps;        // of which timed (not --profile's)
   double seconds;             // wall time of the whole loop, evaluations included
   double examples_per_second; // training throughput: examples / time spent in steps
   double train_loss;          // mean loss over the last tenth of this run's steps

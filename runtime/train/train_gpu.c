@@ -238,6 +238,25 @@ bool gpu_session_set_batch(GpuSession *s, const Batch *b, char *err, size_t err_
   return gpu_exec_set_batch(s->x, b, err, err_size);
 }
 
+bool gpu_session_stage(const GpuSession *s, const Batch *b, GpuStaged *st, char *err,
+                       size_t err_size) {
+  return gpu_stage_batch(gpu_exec_layout(s->x), b, st, err, err_size);
+}
+
+bool gpu_session_set_staged(GpuSession *s, const GpuStaged *st, char *err, size_t err_size) {
+  return gpu_exec_set_staged(s->x, st, err, err_size);
+}
+
+bool gpu_session_profile(GpuSession *s, bool on, char *err, size_t err_size) {
+  return gpu_exec_profile(s->x, on, err, err_size);
+}
+
+const GpuLaunchProfile *gpu_session_profile_totals(const GpuSession *s, int64_t *steps) {
+  return gpu_exec_profile_totals(s->x, steps);
+}
+
+const Plan *gpu_session_plan(const GpuSession *s) { return &s->plan; }
+
 bool gpu_session_launch(GpuSession *s, bool train, int64_t step, char *err, size_t err_size) {
   return gpu_exec_launch(s->x, train ? GPU_TRAIN : GPU_FORWARD, step, err, err_size);
 }

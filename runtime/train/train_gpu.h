@@ -13,6 +13,8 @@
 
 #include "batch.h"
 #include "cpu_exec.h"
+#include "gpu_exec.h"
+#include "gpu_stage.h"
 #include "ir.h"
 #include "optim.h"
 
@@ -34,6 +36,14 @@ void gpu_session_close(GpuSession *s);
 
 // Uploads a batch (asynchronously; it may be reused on return).
 bool gpu_session_set_batch(GpuSession *s, const Batch *b, char *err, size_t err_size);
+// The same in two halves (gpu_exec.h): stage on any thread, then set on the session's.
+bool gpu_session_stage(const GpuSession *s, const Batch *b, GpuStaged *st, char *err,
+                       size_t err_size);
+bool gpu_session_set_staged(GpuSession *s, const GpuStaged *st, char *err, size_t err_size);
+// gpu_exec_profile and its totals (gpu_exec.h), and the plan the session runs.
+bool gpu_session_profile(GpuSession *s, bool on, char *err, size_t err_size);
+const GpuLaunchProfile *gpu_session_profile_totals(const GpuSession *s, int64_t *steps);
+const Plan *gpu_session_plan(const GpuSession *s);
 // Enqueues a training step (forward, backward, optimizer with step number `step`) or, when
 // !train, a forward pass, on the last batch set.
 bool gpu_session_launch(GpuSession *s, bool train, int64_t step, char *err, size_t err_size);

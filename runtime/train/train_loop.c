@@ -76,7 +76,7 @@ static bool curve_point(Trainer *t, Progress *p, int64_t step, double window_los
 // the first evaluation's loss (a resumed run's curve included) or, before there is one, the
 // lowest loss of this run's first EXPLODE_WINDOW steps (a mean would already hold the blow-up
 // of a run that diverges at once). Warned once a run.
-enum { EXPLODE_FACTOR = 100, EXPLODE_WINDOW = 10, SKIP_NOTES = 10 };
+enum { EXPLODE_FACTOR = 100, EXPLODE_WINDOW = 10, SKIP_NOTES = 10, PROFILE_WARMUP = 10 };
 
 typedef struct Explode {
   double ref;
@@ -137,6 +137,14 @@ bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size
   int64_t tail = o->steps >= 10 ? (o->steps + 9) / 10 : o->steps;
   int64_t tail_start = last - tail;
   double seconds_before = trainer_step_seconds(t);
+  int64_t timed_before = trainer_timed_steps(t);
+  if (o->profile_steps > 0) {
+    // After a warm-up (the first steps pay for cuBLASLt's heuristics and cold caches), as
+    // far into the run as it allows.
+    int64_t count = o->profile_steps < o->steps ? o->profile_steps : o->steps;
+    int64_t warm = o->steps - count < PROFILE_WARMUP ? o->steps - count : PROFILE_WARMUP;
+    trainer_profile_range(t, first + warm, count);
+  }
   Progress p;
   progress_begin(&p, o->out, o->err, o->quiet, o->live, first, o->steps);
   print_header(&p);
@@ -147,6 +155,7 @@ bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size
 
   // window_n, tail_n: the steps of the window and of the tail that were not skipped.
   double window_loss = 0, window_start = trainer_step_seconds(t), tail_loss = 0;
+  int64_t window_timed = trainer_timed_steps(t);  // profiled steps have no time: not counted
   int64_t window_steps = 0, window_n = 0, tail_n = 0, taken = 0, skips = 0;
   bool ok = true, evaluated = false;
   for (int64_t s = first; ok && s < last; s++) {
@@ -174,19 +183,23 @@ bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size
     if (eval_now) {
       ok = trainer_check_finite(t, err, err_size) &&
            curve_point(t, &p, done, window_loss, window_n,
-                       trainer_step_seconds(t) - window_start, window_steps, true, &r->eval,
+                       trainer_step_seconds(t) - window_start,
+                       trainer_timed_steps(t) - window_timed, true, &r->eval,
                        err, err_size);
       if (ok) explode_check(&ex, &p, r, t, done, r->eval.loss, true);
       evaluated = evaluated || ok;
       window_loss = 0;
       window_steps = window_n = 0;
       window_start = trainer_step_seconds(t);
+      window_timed = trainer_timed_steps(t);
     }
     bool save_now = o->save_dir && (done == last || (o->save_every > 0 && done % o->save_every == 0));
     if (ok && save_now) ok = trainer_save(t, o->save_dir, err, err_size);
     double run_seconds = trainer_step_seconds(t) - seconds_before;
     double rate = run_seconds > 0
-                      ? (double)((done - first) * trainer_batch(t)) / run_seconds : NAN;
+                      ? (double)((trainer_timed_steps(t) - timed_before) * trainer_batch(t)) /
+                            run_seconds
+                      : NAN;
     if (ok) progress_step(&p, done, progress_loss, progress_ne, rate, eval_now);
   }
   // With no steps to take, the run is an evaluation of the model as it is; the curve gets a
@@ -204,8 +217,10 @@ bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size
   r->steps = ok ? o->steps : taken;
   r->seconds = wall_seconds() - start;
   double run_seconds = trainer_step_seconds(t) - seconds_before;
+  int64_t timed = trainer_timed_steps(t) - timed_before;
+  r->timed_steps = timed;
   r->examples_per_second =
-      run_seconds > 0 ? (double)(taken * trainer_batch(t)) / run_seconds : NAN;
+      run_seconds > 0 ? (double)(timed * trainer_batch(t)) / run_seconds : NAN;
   r->train_steps_measured = tail_n;
   r->train_loss = tail_n > 0 ? tail_loss / (double)tail_n : NAN;
   r->train = xcalloc((size_t)ntasks, sizeof *r->train);
