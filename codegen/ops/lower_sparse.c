@@ -15,7 +15,10 @@
 #include "lower_ops.h"
 
 
-enum { APPLY_AHEAD = 16 };  // table_grad_apply: occurrences loaded ahead of their adds
+// table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
+// HOT_OCCURRENCES or more occurrences each at the largest batch, and a hot row's run longer
+// than SPLIT_MIN is summed in parallel parts.
+enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64 };
 static bool lower_embed(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -209,13 +212,27 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
 
-  // 7. one block per distinct id: sum in occurrence order, write the rows, apply the optimizer.
+  // 7. one block per distinct id: sum its occurrences, write the row, apply the optimizer.
+  // A table whose rows take many occurrences each (a small one such as gem_small's 64-row
+  // `acts`, about 1,500 each) would leave one long chain of loads per row: its block splits a
+  // run longer than SPLIT_MIN into GROUPS contiguous parts summed in parallel, then adds the
+  // parts in order (deterministic; a run of at most SPLIT_MIN is summed in occurrence order as
+  // the CPU executor does, the same bits). Other tables get a block of about DIM threads.
+  int64_t tmax[64];
+  for (int j = 0; j < ir->njagged && j < 64; j++) tmax[j] = ir->batch * ir->jagged[j].max_len;
+  int64_t occ_max = symsize_eval(occ, ir->batch, tmax);
+  int64_t gcols = dim < 1024 ? (dim + 31) / 32 * 32 : 1024;
+  bool hot = rows > 0 && occ_max / rows >= HOT_OCCURRENCES;
+  int groups = hot && gcols <= 512 ? (int)(1024 / gcols) : 1;
+  int threads = (int)gcols * groups;
   Optim o = tt->optim;
   snprintf(name, sizeof name, "table_grad_apply_%s", id);
-  char what[160];
-  snprintf(what, sizeof what, "sum per distinct id, then %s on the row", optim_name(o.kind));
+  char what[200];
+  snprintf(what, sizeof what, "sum per distinct id%s, then %s on the row",
+           groups > 1 ? " (long runs in parallel parts, added in order)" : "",
+           optim_name(o.kind));
   lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, occ, 1, 256);
+  kb_begin(&kb, L, node, name, occ, 1, threads);
   kb.launch->optimizer = false;
   kb_tensor_out(&kb, "rows_grad", n->out);
   kb_tensor_out(&kb, "table", table);
@@ -232,41 +249,63 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   kb_size(&kb, "max_distinct", occ);
   b = (StrBuf){0};
-  sb_printf(&b, "  enum { DIM = %lld };\n"
+  sb_printf(&b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
                 "  __shared__ double partial[WARP_SIZE];\n"
+                "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
                 "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
                 "  i64 d = blockIdx.x;\n"
                 "  if (d >= header[0]) return;\n"
                 "  i64 row = header[1 + d];\n"
                 "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
                 "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+                "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n"
+                "  // This group's part of the run: all of it for group 0 when the run is short.\n"
+                "  const bool split = GROUPS > 1 && count > SPLIT_MIN;\n"
+                "  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;\n"
+                "  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;\n"
                 "  double sum_sq = 0.0;\n"
-                "  for (int col = threadIdx.x; col < DIM; col += blockDim.x) {\n"
+                "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
+                "    const int col = col0 + lane_col;\n"
                 "    // The occurrence's gradient value in column col: its lookup's dy row.\n"
                 "    auto value = [&](i64 occ) -> float {\n",
-            (long long)dim);
+            (long long)dim, (long long)gcols, groups, SPLIT_MIN, APPLY_AHEAD);
   for (int k = 0; k < npairs; k++)
     sb_printf(&b, "      if (occ < n%d) return %s(dy%d, occ * DIM + col);\n      occ -= n%d;\n",
               k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
-  // The sum runs in occurrence order, as the CPU executor's (the same bits); the loads of
-  // APPLY_AHEAD occurrences are issued before their adds, so that a long run (a small table's
-  // row takes thousands of occurrences) is not one load latency per occurrence.
-  sb_printf(&b, "      return 0.0f;\n"
-                "    };\n"
-                "    float g = 0.0f;\n"
-                "    int e = 0;\n"
-                "    for (; e + %d <= count; e += %d) {\n"
-                "      float v[%d];\n"
-                "#pragma unroll\n"
-                "      for (int u = 0; u < %d; u++) v[u] = value(sorted[begin + e + u]);\n"
-                "#pragma unroll\n"
-                "      for (int u = 0; u < %d; u++) g += v[u];\n"
-                "    }\n"
-                "    for (; e < count; e++) g += value(sorted[begin + e]);\n",
-            APPLY_AHEAD, APPLY_AHEAD, APPLY_AHEAD, APPLY_AHEAD, APPLY_AHEAD);
-  sb_puts(&b, "    grad[col] = g;\n"
-              "    sum_sq += (double)g * g;\n"
-              "  }\n");
+  // Each part sums in occurrence order; the loads of AHEAD occurrences are issued before their
+  // adds, so a part is not one load latency per occurrence.
+  sb_puts(&b, "      return 0.0f;\n"
+              "    };\n"
+              "    float g = 0.0f;\n"
+              "    if (col < DIM) {\n"
+              "      int e = lo;\n"
+              "      for (; e + AHEAD <= hi; e += AHEAD) {\n"
+              "        int at[AHEAD];\n"
+              "        float v[AHEAD];\n"
+              "#pragma unroll\n"
+              "        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
+              "#pragma unroll\n"
+              "        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);\n"
+              "#pragma unroll\n"
+              "        for (int u = 0; u < AHEAD; u++) g += v[u];\n"
+              "      }\n"
+              "      for (; e < hi; e++) g += value(sorted[begin + e]);\n"
+              "    }\n"
+              "    if (GROUPS > 1) {  // the parts, added in group order by group 0\n"
+              "      part[group * GCOLS + lane_col] = g;\n"
+              "      __syncthreads();\n"
+              "      if (group == 0) {\n"
+              "        g = 0.0f;\n"
+              "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
+              "      }\n"
+              "      __syncthreads();\n"
+              "    }\n"
+              "    if (group == 0 && col < DIM) {\n"
+              "      grad[col] = g;\n"
+              "      sum_sq += (double)g * g;\n"
+              "    }\n"
+              "  }\n"
+              "  __syncthreads();  // the row's gradient, written by group 0, is read below\n");
   const char *lt = dtype_load(tt->dtype), *st = dtype_store(tt->dtype);
   switch (o.kind) {
     case OPTIM_ROWWISE_ADAGRAD:

@@ -1098,7 +1098,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
 
 // codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_items(float *__restrict__ rows_grad,
     bf16_t *__restrict__ table,
     float *__restrict__ rowsum,
@@ -1111,27 +1111,61 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     i64 n1,
     i64 max_distinct) {
 #line 13 "codegen_small.gem"
-  enum { DIM = 16 };
+  enum { DIM = 16, GCOLS = 32, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = blockIdx.x;
   if (d >= header[0]) return;
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  // This group's part of the run: all of it for group 0 when the run is short.
+  const bool split = GROUPS > 1 && count > SPLIT_MIN;
+  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
   double sum_sq = 0.0;
-  for (int col = threadIdx.x; col < DIM; col += blockDim.x) {
-    float g = 0.0f;
-    for (int e = 0; e < count; e++) {
-      i64 occ = sorted[begin + e];
-      if (occ < n0) { g += load_f32(dy0, occ * DIM + col); continue; }
+  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+    const int col = col0 + lane_col;
+    // The occurrence's gradient value in column col: its lookup's dy row.
+    auto value = [&](i64 occ) -> float {
+      if (occ < n0) return load_f32(dy0, occ * DIM + col);
       occ -= n0;
-      if (occ < n1) { g += load_bf16(dy1, occ * DIM + col); continue; }
+      if (occ < n1) return load_bf16(dy1, occ * DIM + col);
       occ -= n1;
+      return 0.0f;
+    };
+    float g = 0.0f;
+    if (col < DIM) {
+      int e = lo;
+      for (; e + AHEAD <= hi; e += AHEAD) {
+        int at[AHEAD];
+        float v[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) g += v[u];
+      }
+      for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    if (GROUPS > 1) {  // the parts, added in group order by group 0
+      part[group * GCOLS + lane_col] = g;
+      __syncthreads();
+      if (group == 0) {
+        g = 0.0f;
+        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+      }
+      __syncthreads();
+    }
+    if (group == 0 && col < DIM) {
+      grad[col] = g;
+      sum_sq += (double)g * g;
+    }
   }
+  __syncthreads();  // the row's gradient, written by group 0, is read below
   sum_sq = block_sum(sum_sq, partial);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncthreads();
@@ -1140,7 +1174,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1144 "model.cu"
+#line 1178 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1154,11 +1188,11 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1158 "model.cu"
+#line 1192 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table tagt  : rows 50;
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_tagt(float *__restrict__ rows_grad,
     bf16_t *__restrict__ table,
     float *__restrict__ rowsum,
@@ -1169,25 +1203,59 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct) {
 #line 14 "codegen_small.gem"
-  enum { DIM = 16 };
+  enum { DIM = 16, GCOLS = 32, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = blockIdx.x;
   if (d >= header[0]) return;
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  // This group's part of the run: all of it for group 0 when the run is short.
+  const bool split = GROUPS > 1 && count > SPLIT_MIN;
+  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
   double sum_sq = 0.0;
-  for (int col = threadIdx.x; col < DIM; col += blockDim.x) {
-    float g = 0.0f;
-    for (int e = 0; e < count; e++) {
-      i64 occ = sorted[begin + e];
-      if (occ < n0) { g += load_f32(dy0, occ * DIM + col); continue; }
+  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+    const int col = col0 + lane_col;
+    // The occurrence's gradient value in column col: its lookup's dy row.
+    auto value = [&](i64 occ) -> float {
+      if (occ < n0) return load_f32(dy0, occ * DIM + col);
       occ -= n0;
+      return 0.0f;
+    };
+    float g = 0.0f;
+    if (col < DIM) {
+      int e = lo;
+      for (; e + AHEAD <= hi; e += AHEAD) {
+        int at[AHEAD];
+        float v[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) g += v[u];
+      }
+      for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    if (GROUPS > 1) {  // the parts, added in group order by group 0
+      part[group * GCOLS + lane_col] = g;
+      __syncthreads();
+      if (group == 0) {
+        g = 0.0f;
+        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+      }
+      __syncthreads();
+    }
+    if (group == 0 && col < DIM) {
+      grad[col] = g;
+      sum_sq += (double)g * g;
+    }
   }
+  __syncthreads();  // the row's gradient, written by group 0, is read below
   sum_sq = block_sum(sum_sq, partial);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncthreads();
@@ -1196,7 +1264,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1200 "model.cu"
+#line 1268 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.w (optimizer)
 //     u = linear(c, 16);
@@ -1220,7 +1288,7 @@ adamw_u_linear0_w(float *__restrict__ w,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1224 "model.cu"
+#line 1292 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.b (optimizer)
 //     u = linear(c, 16);

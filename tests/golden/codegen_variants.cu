@@ -198,13 +198,23 @@ amax_u_x_fp8(unsigned *__restrict__ amax_bits,
     const float *__restrict__ x,
     i64 n) {
 #line 18 "codegen_variants.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  float v = i < n ? fabsf(load_f32(x, i)) : 0.0f;
-  if (!isfinite(v)) v = 0.0f;
-  v = warp_max(v);
-  if (threadIdx.x % WARP_SIZE == 0 && v > 0.0f) atomicMax(amax_bits, __float_as_uint(v));
+  __shared__ float warp_amax[WARP_SIZE];
+  i64 first = (i64)blockIdx.x * blockDim.x * 16 + threadIdx.x;
+  float m = 0.0f;
+  for (int k = 0; k < 16; k++) {
+    i64 i = first + (i64)k * blockDim.x;
+    float v = i < n ? fabsf(load_f32(x, i)) : 0.0f;
+    if (isfinite(v)) m = fmaxf(m, v);
+  }
+  m = warp_max(m);
+  if (threadIdx.x % WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;
+  __syncthreads();
+  if (threadIdx.x >= WARP_SIZE) return;
+  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;
+  m = warp_max(m);
+  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 208 "model.cu"
+#line 218 "model.cu"
 
 // codegen_variants.gem:18:7 linear x operand to fp8 (E4M3, one scale) (fwd)
 //     u = linear(c, 8) @fp8;
@@ -220,7 +230,7 @@ quantize_fp8_u_x_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_f32(x, i) / scale) * scale);
 }
-#line 224 "model.cu"
+#line 234 "model.cu"
 
 // codegen_variants.gem:18:7 linear w operand: amax for the fp8 scale (fwd)
 //     u = linear(c, 8) @fp8;
@@ -240,7 +250,7 @@ act_none_u(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_none((double)pre[i]));
 }
-#line 244 "model.cu"
+#line 254 "model.cu"
 
 // codegen_variants.gem:19:7 linear x operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -252,7 +262,7 @@ cast_v_x_fp16(fp16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_fp16(out, i, load_f32(x, i));
 }
-#line 256 "model.cu"
+#line 266 "model.cu"
 
 // codegen_variants.gem:19:7 linear w operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -273,7 +283,7 @@ sub_act_m_sigmoid0(float *__restrict__ y,
   float stored = load_f32(out, i);  // the act reads what its input holds
   store_f32(y, i, (float)act_sigmoid((double)stored));
 }
-#line 277 "model.cu"
+#line 287 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (fwd)
 //     m = sigmoid(a - g) * u;
@@ -287,7 +297,7 @@ mul_m(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) * load_bf16(b, i));
 }
-#line 291 "model.cu"
+#line 301 "model.cu"
 
 // codegen_variants.gem:21:15 stack fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -306,7 +316,7 @@ stack_s_stack0(float *__restrict__ out,
   else if (row % 3 == 1) store_f32(out, i, load_fp16(x1, (row / 3) * WIDTH + col));
   else if (row % 3 == 2) store_f32(out, i, load_f32(x2, (row / 3) * WIDTH + col));
 }
-#line 310 "model.cu"
+#line 320 "model.cu"
 
 // codegen_variants.gem:21:7 flatten fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -321,7 +331,7 @@ flatten_s(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 325 "model.cu"
+#line 335 "model.cu"
 
 // codegen_variants.gem:23:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -340,7 +350,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 344 "model.cu"
+#line 354 "model.cu"
 
 // codegen_variants.gem:23:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -353,7 +363,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 357 "model.cu"
+#line 367 "model.cu"
 
 // codegen_variants.gem:23:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -368,7 +378,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 372 "model.cu"
+#line 382 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -394,7 +404,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 398 "model.cu"
+#line 408 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -409,7 +419,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 413 "model.cu"
+#line 423 "model.cu"
 
 // codegen_variants.gem:22:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -422,7 +432,7 @@ act_grad_relu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_relu_grad((double)pre[i])));
 }
-#line 426 "model.cu"
+#line 436 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -448,7 +458,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 452 "model.cu"
+#line 462 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -463,7 +473,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 467 "model.cu"
+#line 477 "model.cu"
 
 // codegen_variants.gem:21:7 unflatten fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -478,7 +488,7 @@ unflatten_s_stack0_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 482 "model.cu"
+#line 492 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -493,7 +503,7 @@ unstack_m_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 0) * WIDTH + col));
 }
-#line 497 "model.cu"
+#line 507 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp16 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -508,7 +518,7 @@ unstack_v_grad(fp16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_fp16(out, i, load_f32(x, (row * 3 + 1) * WIDTH + col));
 }
-#line 512 "model.cu"
+#line 522 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -523,7 +533,7 @@ unstack_g_grad_1(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 2) * WIDTH + col));
 }
-#line 527 "model.cu"
+#line 537 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -541,7 +551,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_f32(a, i) * load_f32(b, i));
 }
-#line 545 "model.cu"
+#line 555 "model.cu"
 
 // codegen_variants.gem:20:7 act_bwd sigmoid (bwd)
 //     m = sigmoid(a - g) * u;
@@ -555,7 +565,7 @@ act_bwd_sigmoid_m_sub0_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)((double)load_f32(dy, i) * act_sigmoid_grad((double)load_f32(x, i))));
 }
-#line 559 "model.cu"
+#line 569 "model.cu"
 
 // codegen_variants.gem:20:15 scale fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -568,7 +578,7 @@ scale_g_grad_0(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)(-1.0) * load_f32(a, i));
 }
-#line 572 "model.cu"
+#line 582 "model.cu"
 
 // codegen_variants.gem:19:7 linear_bwd_x w operand fp32 to fp16 (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -602,7 +612,7 @@ reduce_rows_v_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 606 "model.cu"
+#line 616 "model.cu"
 
 // codegen_variants.gem:19:7 reduce_rows the column chunks added in order (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -617,7 +627,7 @@ reduce_rows_v_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 621 "model.cu"
+#line 631 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w x operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
@@ -634,13 +644,23 @@ amax_u_linear0_w_grad_dz_fp8(unsigned *__restrict__ amax_bits,
     const bf16_t *__restrict__ x,
     i64 n) {
 #line 18 "codegen_variants.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  float v = i < n ? fabsf(load_bf16(x, i)) : 0.0f;
-  if (!isfinite(v)) v = 0.0f;
-  v = warp_max(v);
-  if (threadIdx.x % WARP_SIZE == 0 && v > 0.0f) atomicMax(amax_bits, __float_as_uint(v));
+  __shared__ float warp_amax[WARP_SIZE];
+  i64 first = (i64)blockIdx.x * blockDim.x * 16 + threadIdx.x;
+  float m = 0.0f;
+  for (int k = 0; k < 16; k++) {
+    i64 i = first + (i64)k * blockDim.x;
+    float v = i < n ? fabsf(load_bf16(x, i)) : 0.0f;
+    if (isfinite(v)) m = fmaxf(m, v);
+  }
+  m = warp_max(m);
+  if (threadIdx.x % WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;
+  __syncthreads();
+  if (threadIdx.x >= WARP_SIZE) return;
+  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;
+  m = warp_max(m);
+  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 644 "model.cu"
+#line 664 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand to fp8 (E4M3, one scale) (bwd)
 //     u = linear(c, 8) @fp8;
@@ -656,7 +676,7 @@ quantize_fp8_u_linear0_w_grad_dz_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_bf16(x, i) / scale) * scale);
 }
-#line 660 "model.cu"
+#line 680 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -682,7 +702,7 @@ reduce_rows_u_linear0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 686 "model.cu"
+#line 706 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows the column chunks added in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -700,7 +720,7 @@ add_g_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) + load_f32(b, i));
 }
-#line 704 "model.cu"
+#line 724 "model.cu"
 
 // codegen_variants.gem:16:7 add fp32 (bwd)
 //     a = embed(ads, ad);
@@ -860,11 +880,11 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 864 "model.cu"
+#line 884 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id, then sgd on the row (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_ads(float *__restrict__ rows_grad,
     float *__restrict__ table,
     const int *__restrict__ sorted,
@@ -874,29 +894,63 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct) {
 #line 13 "codegen_variants.gem"
-  enum { DIM = 8 };
+  enum { DIM = 8, GCOLS = 32, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = blockIdx.x;
   if (d >= header[0]) return;
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  // This group's part of the run: all of it for group 0 when the run is short.
+  const bool split = GROUPS > 1 && count > SPLIT_MIN;
+  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
   double sum_sq = 0.0;
-  for (int col = threadIdx.x; col < DIM; col += blockDim.x) {
-    float g = 0.0f;
-    for (int e = 0; e < count; e++) {
-      i64 occ = sorted[begin + e];
-      if (occ < n0) { g += load_f32(dy0, occ * DIM + col); continue; }
+  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+    const int col = col0 + lane_col;
+    // The occurrence's gradient value in column col: its lookup's dy row.
+    auto value = [&](i64 occ) -> float {
+      if (occ < n0) return load_f32(dy0, occ * DIM + col);
       occ -= n0;
+      return 0.0f;
+    };
+    float g = 0.0f;
+    if (col < DIM) {
+      int e = lo;
+      for (; e + AHEAD <= hi; e += AHEAD) {
+        int at[AHEAD];
+        float v[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) g += v[u];
+      }
+      for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    if (GROUPS > 1) {  // the parts, added in group order by group 0
+      part[group * GCOLS + lane_col] = g;
+      __syncthreads();
+      if (group == 0) {
+        g = 0.0f;
+        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+      }
+      __syncthreads();
+    }
+    if (group == 0 && col < DIM) {
+      grad[col] = g;
+      sum_sq += (double)g * g;
+    }
   }
+  __syncthreads();  // the row's gradient, written by group 0, is read below
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 900 "model.cu"
+#line 954 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -904,7 +958,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
 
 // codegen_variants.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
 //     table geos : rows 5;
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_geos(float *__restrict__ rows_grad,
     float *__restrict__ table,
     float *__restrict__ rowsum,
@@ -915,25 +969,59 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct) {
 #line 14 "codegen_variants.gem"
-  enum { DIM = 8 };
+  enum { DIM = 8, GCOLS = 32, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = blockIdx.x;
   if (d >= header[0]) return;
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  // This group's part of the run: all of it for group 0 when the run is short.
+  const bool split = GROUPS > 1 && count > SPLIT_MIN;
+  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
   double sum_sq = 0.0;
-  for (int col = threadIdx.x; col < DIM; col += blockDim.x) {
-    float g = 0.0f;
-    for (int e = 0; e < count; e++) {
-      i64 occ = sorted[begin + e];
-      if (occ < n0) { g += load_f32(dy0, occ * DIM + col); continue; }
+  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+    const int col = col0 + lane_col;
+    // The occurrence's gradient value in column col: its lookup's dy row.
+    auto value = [&](i64 occ) -> float {
+      if (occ < n0) return load_f32(dy0, occ * DIM + col);
       occ -= n0;
+      return 0.0f;
+    };
+    float g = 0.0f;
+    if (col < DIM) {
+      int e = lo;
+      for (; e + AHEAD <= hi; e += AHEAD) {
+        int at[AHEAD];
+        float v[AHEAD];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+        for (int u = 0; u < AHEAD; u++) g += v[u];
+      }
+      for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    if (GROUPS > 1) {  // the parts, added in group order by group 0
+      part[group * GCOLS + lane_col] = g;
+      __syncthreads();
+      if (group == 0) {
+        g = 0.0f;
+        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+      }
+      __syncthreads();
+    }
+    if (group == 0 && col < DIM) {
+      grad[col] = g;
+      sum_sq += (double)g * g;
+    }
   }
+  __syncthreads();  // the row's gradient, written by group 0, is read below
   sum_sq = block_sum(sum_sq, partial);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncthreads();
@@ -942,7 +1030,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 946 "model.cu"
+#line 1034 "model.cu"
 
 // codegen_variants.gem:18:7 sgd @u.linear0.w (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -954,7 +1042,7 @@ sgd_u_linear0_w(float *__restrict__ w,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 958 "model.cu"
+#line 1046 "model.cu"
 
 // codegen_variants.gem:18:7 sgd @u.linear0.b (optimizer)
 //     u = linear(c, 8) @fp8;
