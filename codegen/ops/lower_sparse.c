@@ -228,8 +228,7 @@ static bool lower_table_grad(Lower *L, int node) {
   Optim o = tt->optim;
   snprintf(name, sizeof name, "table_grad_apply_%s", id);
   char what[200];
-  snprintf(what, sizeof what, "sum per distinct id%s, then %s on the row",
-           groups > 1 ? " (long runs in parallel parts, added in order)" : "",
+  snprintf(what, sizeof what, "sum per distinct id%s, then %s", groups > 1 ? " (in parts)" : "",
            optim_name(o.kind));
   lower_comment(L, node, what);
   kb_begin(&kb, L, node, name, occ, 1, threads);

@@ -4,17 +4,44 @@
 #include "gpu_tiles.h"
 
 #include <stdlib.h>
+#include <string.h>
 
+// The keys query row i sees: [lo, hi) clipped to [0, lk), as the kernels' masks have it.
+static int64_t row_work(const TileList *tl, int64_t i, int64_t lk) {
+  int64_t lo = 0, hi = lk;
+  if (tl->causal && i + 1 < hi) hi = i + 1;
+  if (tl->window > 0) {
+    if (i - tl->window + 1 > lo) lo = i - tl->window + 1;
+    if (!tl->causal && i + tl->window < hi) hi = i + tl->window;
+  }
+  return hi > lo ? hi - lo : 0;
+}
+
+// In closed form, not row by row (a batch has about a hundred thousand rows per list): a row's
+// visible keys min(lk, i + c) - max(0, i - w + 1), clipped at 0, are linear in i between the
+// points where one of the bounds starts to bind (i = lk - c, i = w - 1) or the count reaches 0
+// (i = lk + w - 1), so each piece sums as an arithmetic series from its two ends.
 int64_t gpu_tiles_work(const TileList *tl, int64_t i0, int64_t i1, int64_t lk) {
-  int64_t work = 0;
-  for (int64_t i = i0; i < i1; i++) {
-    int64_t lo = 0, hi = lk;
-    if (tl->causal && i + 1 < hi) hi = i + 1;
-    if (tl->window > 0) {
-      if (i - tl->window + 1 > lo) lo = i - tl->window + 1;
-      if (!tl->causal && i + tl->window < hi) hi = i + tl->window;
+  if (i1 <= i0) return 0;
+  if (!tl->causal && tl->window <= 0) return (i1 - i0) * (lk > 0 ? lk : 0);
+  int64_t cuts[5] = {i0, i1, i1, i1, i1};
+  int ncuts = 1;
+  const int64_t c = tl->causal ? 1 : tl->window;  // the upper bound's offset: i + c
+  const int64_t points[3] = {lk - c, tl->window > 0 ? tl->window - 1 : i1,
+                             tl->window > 0 ? lk + tl->window - 1 : i1};
+  for (int k = 0; k < 3; k++)
+    if (points[k] > i0 && points[k] < i1) cuts[ncuts++] = points[k];
+  cuts[ncuts++] = i1;
+  for (int a = 1; a < ncuts; a++)  // a few points: insertion sort
+    for (int b = a; b > 0 && cuts[b] < cuts[b - 1]; b--) {
+      int64_t t = cuts[b];
+      cuts[b] = cuts[b - 1], cuts[b - 1] = t;
     }
-    if (hi > lo) work += hi - lo;
+  int64_t work = 0;
+  for (int k = 0; k + 1 < ncuts; k++) {
+    int64_t s0 = cuts[k], s1 = cuts[k + 1];
+    if (s1 <= s0) continue;
+    work += (row_work(tl, s0, lk) + row_work(tl, s1 - 1, lk)) * (s1 - s0) / 2;
   }
   return work;
 }
@@ -72,10 +99,39 @@ static void put_tile(int32_t *out, int64_t entry, const TileWork *t) {
   out[GPU_TILE_INTS * entry + 2] = t->head;
 }
 
-static int by_work_then_index(const void *x, const void *y) {
-  const TileWork *a = x, *b = y;
-  if (a->work != b->work) return a->work > b->work ? -1 : 1;
-  return a->index < b->index ? -1 : a->index > b->index;
+// Sorts w (collected in index order) by work, largest first, equal works in index order: a
+// stable LSD radix sort of max_work - work, 11 bits a pass (two passes for a 4096-key tile).
+// A comparison sort of a batch's tiles took milliseconds of the host's time per step.
+static bool sort_by_work(TileWork *w, int64_t n) {
+  enum { BITS = 11, BUCKETS = 1 << BITS };
+  if (n < 2) return true;
+  int64_t most = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (w[i].work > most) most = w[i].work;
+  if (most == 0) return true;
+  TileWork *tmp = malloc((size_t)n * sizeof *tmp);
+  int64_t *start = malloc(BUCKETS * sizeof *start);
+  if (!tmp || !start) {
+    free(tmp), free(start);
+    return false;
+  }
+  TileWork *src = w, *dst = tmp;
+  for (int shift = 0; shift < 63 && (most >> shift) > 0; shift += BITS) {
+    memset(start, 0, BUCKETS * sizeof *start);
+    for (int64_t i = 0; i < n; i++) start[((most - src[i].work) >> shift) & (BUCKETS - 1)]++;
+    int64_t at = 0;
+    for (int d = 0; d < BUCKETS; d++) {
+      int64_t c = start[d];
+      start[d] = at;
+      at += c;
+    }
+    for (int64_t i = 0; i < n; i++) dst[start[((most - src[i].work) >> shift) & (BUCKETS - 1)]++] = src[i];
+    TileWork *t = src;
+    src = dst, dst = t;
+  }
+  if (src != w) memcpy(w, src, (size_t)n * sizeof *w);
+  free(tmp), free(start);
+  return true;
 }
 
 int64_t gpu_tiles_build_plain(const TileList *tl, int64_t B, const int64_t *q_offsets,
@@ -159,7 +215,11 @@ int64_t gpu_tiles_build(const TileList *tl, int64_t B, const int64_t *q_offsets,
     *out = NULL;
     return -1;
   }
-  qsort(w, (size_t)n, sizeof *w, by_work_then_index);
+  if (!sort_by_work(w, n)) {
+    free(w);
+    *out = NULL;
+    return -1;
+  }
   if (tl->persistent && num_sms > 0 && n > 0) {
     int64_t entries = deal_persistent(w, n, num_sms, out);
     free(w);

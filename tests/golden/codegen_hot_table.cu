@@ -641,7 +641,7 @@ table_grad_gather_acts(i64 *__restrict__ keys,
 }
 #line 643 "model.cu"
 
-// codegen_hot_table.gem:13:3 table_grad sum per distinct id (long runs in parallel parts, added in order), then rowwise_adagrad on the row (bwd)
+// codegen_hot_table.gem:13:3 table_grad sum per distinct id (in parts), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_acts(float *__restrict__ rows_grad,
@@ -735,7 +735,7 @@ table_grad_gather_kind(i64 *__restrict__ keys,
 }
 #line 737 "model.cu"
 
-// codegen_hot_table.gem:14:3 table_grad sum per distinct id (long runs in parallel parts, added in order), then sgd on the row (bwd)
+// codegen_hot_table.gem:14:3 table_grad sum per distinct id (in parts), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_kind(float *__restrict__ rows_grad,

@@ -1096,7 +1096,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
 }
 #line 1098 "model.cu"
 
-// codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
+// codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_items(float *__restrict__ rows_grad,
@@ -1190,7 +1190,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
 }
 #line 1192 "model.cu"
 
-// codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
+// codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
 extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_tagt(float *__restrict__ rows_grad,

@@ -882,7 +882,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
 }
 #line 884 "model.cu"
 
-// codegen_variants.gem:13:3 table_grad sum per distinct id, then sgd on the row (bwd)
+// codegen_variants.gem:13:3 table_grad sum per distinct id, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_ads(float *__restrict__ rows_grad,
@@ -956,7 +956,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
 //     table geos : rows 5;
 // launches table_grad_gather_ads (the same kernel) with this op's arguments
 
-// codegen_variants.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad on the row (bwd)
+// codegen_variants.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
 extern "C" __global__ void __launch_bounds__(32)
 table_grad_apply_geos(float *__restrict__ rows_grad,

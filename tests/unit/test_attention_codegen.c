@@ -610,8 +610,73 @@ static void test_gpu_tiles_work_follows_the_mask(void **state) {
   assert_int_equal(gpu_tiles_work(&window, 0, 64, 64), 36 + 56 * 8);
 }
 
+// The closed form of gpu_tiles_work against the row-by-row count of the masks, on random
+// ranges, key counts and masks (causal, windowed, both, neither).
+static int64_t rows_work_reference(const TileList *tl, int64_t i0, int64_t i1, int64_t lk) {
+  int64_t work = 0;
+  for (int64_t i = i0; i < i1; i++) {
+    int64_t lo = 0, hi = lk;
+    if (tl->causal && i + 1 < hi) hi = i + 1;
+    if (tl->window > 0) {
+      if (i - tl->window + 1 > lo) lo = i - tl->window + 1;
+      if (!tl->causal && i + tl->window < hi) hi = i + tl->window;
+    }
+    if (hi > lo) work += hi - lo;
+  }
+  return work;
+}
+
+static void test_gpu_tiles_work_closed_form_matches_rows(void **state) {
+  (void)state;
+  static const int64_t windows[] = {0, 1, 2, 3, 17, 64, 500};
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  for (int trial = 0; trial < 20000; trial++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    TileList tl = {.tile_q = 64, .causal = (x >> 60) & 1, .window = windows[(x >> 40) % 7]};
+    int64_t i0 = (int64_t)((x >> 8) % 300), len = (int64_t)((x >> 20) % 140);
+    int64_t lk = (int64_t)((x >> 30) % 400);
+    int64_t want = rows_work_reference(&tl, i0, i0 + len, lk);
+    int64_t got = gpu_tiles_work(&tl, i0, i0 + len, lk);
+    if (got != want)
+      fail_msg("causal %d window %lld rows [%lld, %lld) keys %lld: %lld, want %lld", tl.causal,
+               (long long)tl.window, (long long)i0, (long long)(i0 + len), (long long)lk,
+               (long long)got, (long long)want);
+  }
+}
+
+// A list for a grid of one CTA per tile, without zigzag: the tiles by work, largest first, equal
+// works in (example, row tile, head) order (the radix sort is stable).
+static void test_gpu_tiles_sorted_by_work_then_order(void **state) {
+  (void)state;
+  int64_t q[65] = {0};
+  uint64_t x = 12345;
+  for (int b = 0; b < 64; b++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    q[b + 1] = q[b] + (int64_t)((x >> 33) % 300);
+  }
+  TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = 64, .heads = 2, .causal = true};
+  int32_t *tiles = NULL;
+  int64_t n = gpu_tiles_build(&tl, 64, q, q, 0, &tiles);
+  assert_true(n > 64);
+  for (int64_t i = 1; i < n; i++) {
+    const int32_t *a = tiles + 3 * (i - 1), *b = tiles + 3 * i;
+    int64_t la = q[a[0] + 1] - q[a[0]], lb = q[b[0] + 1] - q[b[0]];
+    int64_t wa = gpu_tiles_work(&tl, a[1], a[1] + 64 < la ? a[1] + 64 : la, la);
+    int64_t wb = gpu_tiles_work(&tl, b[1], b[1] + 64 < lb ? b[1] + 64 : lb, lb);
+    wa += (a[1] + 64 < la ? 64 : la - a[1]), wb += (b[1] + 64 < lb ? 64 : lb - b[1]);
+    assert_true(wa >= wb);
+    if (wa == wb) {
+      int64_t ka = ((int64_t)a[0] * 4096 + a[1]) * 2 + a[2], kb = ((int64_t)b[0] * 4096 + b[1]) * 2 + b[2];
+      assert_true(ka < kb);
+    }
+  }
+  free(tiles);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_gpu_tiles_work_closed_form_matches_rows),
+      cmocka_unit_test(test_gpu_tiles_sorted_by_work_then_order),
       cmocka_unit_test(test_attention_codegen_self_softmax_launches_sm90a),
       cmocka_unit_test(test_attention_codegen_self_softmax_launches_sm100a),
       cmocka_unit_test(test_attention_codegen_pma_sums_dq_over_examples),
