@@ -18,7 +18,7 @@
 // table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
 // HOT_OCCURRENCES or more occurrences each at the largest batch, and a hot row's run longer
 // than SPLIT_MIN is summed in parallel parts.
-enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64 };
+enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8 };
 static bool lower_embed(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -224,14 +224,15 @@ static bool lower_table_grad(Lower *L, int node) {
   int64_t gcols = dim < 1024 ? (dim + 31) / 32 * 32 : 1024;
   bool hot = rows > 0 && occ_max / rows >= HOT_OCCURRENCES;
   int groups = hot && gcols <= 512 ? (int)(1024 / gcols) : 1;
-  int threads = (int)gcols * groups;
+  bool warp = groups == 1;  // a warp per distinct id, APPLY_WARPS ids a block
+  int threads = warp ? APPLY_WARPS * 32 : (int)gcols * groups;
   Optim o = tt->optim;
   snprintf(name, sizeof name, "table_grad_apply_%s", id);
   char what[200];
   snprintf(what, sizeof what, "sum per distinct id%s, then %s", groups > 1 ? " (in parts)" : "",
            optim_name(o.kind));
   lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, occ, 1, threads);
+  kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1, threads);
   kb.launch->optimizer = false;
   kb_tensor_out(&kb, "rows_grad", n->out);
   kb_tensor_out(&kb, "table", table);
@@ -248,6 +249,45 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   kb_size(&kb, "max_distinct", occ);
   b = (StrBuf){0};
+  if (warp) {
+    // Few occurrences per id (a large table): a warp per id, lanes over the columns, so that
+    // a block holds APPLY_WARPS ids and an SM many more than with a block per id. Each column
+    // sums its run in occurrence order (the CPU's bits).
+    sb_printf(&b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d };\n"
+                  "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
+                  "  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;\n"
+                  "  const int lane = (int)(threadIdx.x %% WARP_SIZE);\n"
+                  "  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block\n"
+                  "  i64 row = header[1 + d];\n"
+                  "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
+                  "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+                  "  double sum_sq = 0.0;\n"
+                  "  for (int col = lane; col < DIM; col += WARP_SIZE) {\n"
+                  "    // The occurrence's gradient value in column col: its lookup's dy row.\n"
+                  "    auto value = [&](i64 occ) -> float {\n",
+              (long long)dim, APPLY_WARPS, APPLY_AHEAD);
+    for (int k = 0; k < npairs; k++)
+      sb_printf(&b, "      if (occ < n%d) return %s(dy%d, occ * DIM + col);\n      occ -= n%d;\n",
+                k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
+    sb_puts(&b, "      return 0.0f;\n"
+                "    };\n"
+                "    float g = 0.0f;\n"
+                "    int e = 0;\n"
+                "    for (; e + AHEAD <= count; e += AHEAD) {\n"
+                "      int at[AHEAD];\n"
+                "      float v[AHEAD];\n"
+                "#pragma unroll\n"
+                "      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
+                "#pragma unroll\n"
+                "      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);\n"
+                "#pragma unroll\n"
+                "      for (int u = 0; u < AHEAD; u++) g += v[u];\n"
+                "    }\n"
+                "    for (; e < count; e++) g += value(sorted[begin + e]);\n"
+                "    grad[col] = g;\n"
+                "    sum_sq += (double)g * g;\n"
+                "  }\n");
+  } else {
   sb_printf(&b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
                 "  __shared__ double partial[WARP_SIZE];\n"
                 "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
@@ -305,22 +345,31 @@ static bool lower_table_grad(Lower *L, int node) {
               "    }\n"
               "  }\n"
               "  __syncthreads();  // the row's gradient, written by group 0, is read below\n");
+  }
   const char *lt = dtype_load(tt->dtype), *st = dtype_store(tt->dtype);
   switch (o.kind) {
     case OPTIM_ROWWISE_ADAGRAD:
-      sb_printf(&b, "  sum_sq = block_sum(sum_sq, partial);\n"
+      if (warp)
+        sb_puts(&b, "  sum_sq = warp_sum(sum_sq);\n"
+                    "  float state = (float)(rowsum[row] + sum_sq / DIM);\n"
+                    "  __syncwarp();  // every lane has read rowsum before it is written\n"
+                    "  if (lane == 0) rowsum[row] = state;\n");
+      else
+        sb_puts(&b, "  sum_sq = block_sum(sum_sq, partial);\n"
                     "  float state = (float)(rowsum[row] + sum_sq / DIM);\n"
                     "  __syncthreads();\n"
-                    "  if (threadIdx.x == 0) rowsum[row] = state;\n"
-                    "  double step = %s / (sqrt((double)state) + %s);\n"
-                    "  for (int col = threadIdx.x; col < DIM; col += blockDim.x)\n"
+                    "  if (threadIdx.x == 0) rowsum[row] = state;\n");
+      sb_printf(&b, "  double step = %s / (sqrt((double)state) + %s);\n"
+                    "  for (int col = %s; col < DIM; col += %s)\n"
                     "    %s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - step * grad[col]));\n",
-                num(o.lr).s, num(o.eps).s, st, lt);
+                num(o.lr).s, num(o.eps).s, warp ? "lane" : "threadIdx.x",
+                warp ? "WARP_SIZE" : "blockDim.x", st, lt);
       break;
     case OPTIM_SGD:
-      sb_printf(&b, "  for (int col = threadIdx.x; col < DIM; col += blockDim.x)\n"
+      sb_printf(&b, "  for (int col = %s; col < DIM; col += %s)\n"
                     "    %s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - %s * grad[col]));\n",
-                st, lt, num(o.lr).s);
+                warp ? "lane" : "threadIdx.x", warp ? "WARP_SIZE" : "blockDim.x", st, lt,
+                num(o.lr).s);
       break;
     default:
       sb_puts(&b, "  (void)table; (void)sum_sq;  // a frozen table\n");

@@ -1098,7 +1098,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
 
 // codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
-extern "C" __global__ void __launch_bounds__(32)
+extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_items(float *__restrict__ rows_grad,
     bf16_t *__restrict__ table,
     float *__restrict__ rowsum,
@@ -1111,23 +1111,16 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     i64 n1,
     i64 max_distinct) {
 #line 13 "codegen_small.gem"
-  enum { DIM = 16, GCOLS = 32, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
-  __shared__ double partial[WARP_SIZE];
-  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  enum { DIM = 16, IDS = 8, AHEAD = 8 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
-  i64 d = blockIdx.x;
-  if (d >= header[0]) return;
+  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
+  const int lane = (int)(threadIdx.x % WARP_SIZE);
+  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
-  // This group's part of the run: all of it for group 0 when the run is short.
-  const bool split = GROUPS > 1 && count > SPLIT_MIN;
-  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
-  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
   double sum_sq = 0.0;
-  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
-    const int col = col0 + lane_col;
+  for (int col = lane; col < DIM; col += WARP_SIZE) {
     // The occurrence's gradient value in column col: its lookup's dy row.
     auto value = [&](i64 occ) -> float {
       if (occ < n0) return load_f32(dy0, occ * DIM + col);
@@ -1137,44 +1130,30 @@ table_grad_apply_items(float *__restrict__ rows_grad,
       return 0.0f;
     };
     float g = 0.0f;
-    if (col < DIM) {
-      int e = lo;
-      for (; e + AHEAD <= hi; e += AHEAD) {
-        int at[AHEAD];
-        float v[AHEAD];
+    int e = 0;
+    for (; e + AHEAD <= count; e += AHEAD) {
+      int at[AHEAD];
+      float v[AHEAD];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) g += v[u];
-      }
-      for (; e < hi; e++) g += value(sorted[begin + e]);
+      for (int u = 0; u < AHEAD; u++) g += v[u];
     }
-    if (GROUPS > 1) {  // the parts, added in group order by group 0
-      part[group * GCOLS + lane_col] = g;
-      __syncthreads();
-      if (group == 0) {
-        g = 0.0f;
-        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
-      }
-      __syncthreads();
-    }
-    if (group == 0 && col < DIM) {
-      grad[col] = g;
-      sum_sq += (double)g * g;
-    }
+    for (; e < count; e++) g += value(sorted[begin + e]);
+    grad[col] = g;
+    sum_sq += (double)g * g;
   }
-  __syncthreads();  // the row's gradient, written by group 0, is read below
-  sum_sq = block_sum(sum_sq, partial);
+  sum_sq = warp_sum(sum_sq);
   float state = (float)(rowsum[row] + sum_sq / DIM);
-  __syncthreads();
-  if (threadIdx.x == 0) rowsum[row] = state;
+  __syncwarp();  // every lane has read rowsum before it is written
+  if (lane == 0) rowsum[row] = state;
   double step = 0.05 / (sqrt((double)state) + 1e-08);
-  for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+  for (int col = lane; col < DIM; col += WARP_SIZE)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1178 "model.cu"
+#line 1157 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1188,11 +1167,11 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1192 "model.cu"
+#line 1171 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
-extern "C" __global__ void __launch_bounds__(32)
+extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_tagt(float *__restrict__ rows_grad,
     bf16_t *__restrict__ table,
     float *__restrict__ rowsum,
@@ -1203,23 +1182,16 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct) {
 #line 14 "codegen_small.gem"
-  enum { DIM = 16, GCOLS = 32, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
-  __shared__ double partial[WARP_SIZE];
-  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  enum { DIM = 16, IDS = 8, AHEAD = 8 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
-  i64 d = blockIdx.x;
-  if (d >= header[0]) return;
+  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
+  const int lane = (int)(threadIdx.x % WARP_SIZE);
+  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
-  // This group's part of the run: all of it for group 0 when the run is short.
-  const bool split = GROUPS > 1 && count > SPLIT_MIN;
-  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
-  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
   double sum_sq = 0.0;
-  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
-    const int col = col0 + lane_col;
+  for (int col = lane; col < DIM; col += WARP_SIZE) {
     // The occurrence's gradient value in column col: its lookup's dy row.
     auto value = [&](i64 occ) -> float {
       if (occ < n0) return load_f32(dy0, occ * DIM + col);
@@ -1227,44 +1199,30 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
       return 0.0f;
     };
     float g = 0.0f;
-    if (col < DIM) {
-      int e = lo;
-      for (; e + AHEAD <= hi; e += AHEAD) {
-        int at[AHEAD];
-        float v[AHEAD];
+    int e = 0;
+    for (; e + AHEAD <= count; e += AHEAD) {
+      int at[AHEAD];
+      float v[AHEAD];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) g += v[u];
-      }
-      for (; e < hi; e++) g += value(sorted[begin + e]);
+      for (int u = 0; u < AHEAD; u++) g += v[u];
     }
-    if (GROUPS > 1) {  // the parts, added in group order by group 0
-      part[group * GCOLS + lane_col] = g;
-      __syncthreads();
-      if (group == 0) {
-        g = 0.0f;
-        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
-      }
-      __syncthreads();
-    }
-    if (group == 0 && col < DIM) {
-      grad[col] = g;
-      sum_sq += (double)g * g;
-    }
+    for (; e < count; e++) g += value(sorted[begin + e]);
+    grad[col] = g;
+    sum_sq += (double)g * g;
   }
-  __syncthreads();  // the row's gradient, written by group 0, is read below
-  sum_sq = block_sum(sum_sq, partial);
+  sum_sq = warp_sum(sum_sq);
   float state = (float)(rowsum[row] + sum_sq / DIM);
-  __syncthreads();
-  if (threadIdx.x == 0) rowsum[row] = state;
+  __syncwarp();  // every lane has read rowsum before it is written
+  if (lane == 0) rowsum[row] = state;
   double step = 0.01 / (sqrt((double)state) + 1e-08);
-  for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+  for (int col = lane; col < DIM; col += WARP_SIZE)
     store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1268 "model.cu"
+#line 1226 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.w (optimizer)
 //     u = linear(c, 16);
@@ -1288,7 +1246,7 @@ adamw_u_linear0_w(float *__restrict__ w,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1292 "model.cu"
+#line 1250 "model.cu"
 
 // codegen_small.gem:19:7 adamw @u.linear0.b (optimizer)
 //     u = linear(c, 16);
