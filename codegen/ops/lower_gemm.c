@@ -97,22 +97,27 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
       kb_scratch(&kb, dtype_ctype(type), "out", s, true);
       kb_tensor_in(&kb, "x", t);
       kb_size(&kb, "rows", rows);
+      // The block's 32 values are read once, all loads in flight together, into registers.
       sb_printf(&b, "  i64 blk = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
                     "  i64 row_blocks = (rows + MX_BLOCK - 1) / MX_BLOCK;\n"
                     "  if (blk >= row_blocks * COLS) return;\n"
                     "  i64 first = (blk / COLS) * MX_BLOCK * COLS + blk %% COLS;\n"
                     "  int count = (int)(rows - (blk / COLS) * MX_BLOCK);\n"
                     "  if (count > MX_BLOCK) count = MX_BLOCK;\n"
-                    "  float amax = 0.0f;\n"
-                    "  for (int k = 0; k < count; k++) {\n"
-                    "    float v = fabsf(%s(x, first + k * COLS));\n"
-                    "    if (isfinite(v) && v > amax) amax = v;\n"
+                    "  float v[MX_BLOCK], amax = 0.0f;\n"
+                    "#pragma unroll\n"
+                    "  for (int k = 0; k < MX_BLOCK; k++) v[k] = k < count ? %s(x, first + k * COLS) : 0.0f;\n"
+                    "#pragma unroll\n"
+                    "  for (int k = 0; k < MX_BLOCK; k++) {\n"
+                    "    float a = fabsf(v[k]);\n"
+                    "    if (isfinite(a) && a > amax) amax = a;\n"
                     "  }\n"
                     "  int e = mx_block_exponent(amax);\n"
                     "  float inv_scale = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);\n"
-                    "  for (int k = 0; k < count; k++)\n"
-                    "    %s(out, first + k * COLS, e4m3_round(%s(x, first + k * COLS) * inv_scale) * scale);\n",
-                lt, st, lt);
+                    "#pragma unroll\n"
+                    "  for (int k = 0; k < MX_BLOCK; k++)\n"
+                    "    if (k < count) %s(out, first + k * COLS, e4m3_round(v[k] * inv_scale) * scale);\n",
+                lt, st);
     }
     kb_end(&kb, b.data);
     sb_free(&b);
