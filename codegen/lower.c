@@ -121,10 +121,12 @@ bool plan_build_with(const Ir *ir, const char *target, const PlanOptions *opt, A
     }
     lower_node(&L, i);
   }
-  for (int g = 0; g < ir->ngrads; g++) {
-    int param = ir->grads[g].param;
-    if (ir->tensors[param].kind == TENSOR_PARAM) lower_optimizer(&L, param);
-  }
+  int *params = xcalloc((size_t)ir->ngrads + 1, sizeof *params);
+  int nparams = 0;
+  for (int g = 0; g < ir->ngrads; g++)
+    if (ir->tensors[ir->grads[g].param].kind == TENSOR_PARAM) params[nparams++] = ir->grads[g].param;
+  lower_optimizers(&L, params, nparams);
+  free(params);
 
   char *source = lower_finish_lines(L.src.data ? L.src.data : "", PLAN_SOURCE_NAME);
   out->source = arena_strdup(arena, source ? source : "");

@@ -1,7 +1,7 @@
 // lower_ops.h: the op groups of code generation, one file each (codegen/ops/lower_*.c), and the
 // two composite emitters they share. codegen/lower.c dispatches each IR node to one of them.
 // defines: lower_pointwise, lower_norm, lower_gemm, lower_interact, lower_sparse,
-//          lower_optimizer, lower_column_sum, lower_quantize_operand
+//          lower_optimizer, lower_optimizers, lower_column_sum, lower_quantize_operand
 #ifndef GEMC_LOWER_OPS_H
 #define GEMC_LOWER_OPS_H
 
@@ -33,5 +33,7 @@ bool lower_gemm(Lower *L, int node);        // linear and its backward ops
 bool lower_interact(Lower *L, int node);    // dot_interact and dot_interact_bwd
 bool lower_sparse(Lower *L, int node);      // embed, embed_pool, embed_pool_bwd, table_grad
 bool lower_optimizer(Lower *L, int param);  // one AdamW or SGD kernel
+// The dense parameters' optimizer, up to 32 fp32 parameters of fixed size a launch.
+bool lower_optimizers(Lower *L, const int *params, int n);
 
 #endif

@@ -8,9 +8,11 @@
 //                   applies the table's optimizer (row-wise Adagrad or SGD) to that row:
 //                   deterministic, no float atomics.
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "checked.h"
 #include "kernels_embedded.h"
 #include "lower_ops.h"
 
@@ -435,5 +437,107 @@ bool lower_optimizer(Lower *L, int param) {
              "  if (i < n) w[i] = (float)(w[i] - %s * g[i]);\n",
              num(o.lr).s);
   kb_end(&kb, body);
+  return true;
+}
+
+// The dense optimizer of several parameters in one launch: block ranges of one kernel go to
+// each parameter in turn (the same per-element update as lower_optimizer, so the same bits),
+// so a step launches one optimizer kernel for up to OPT_FUSE parameters instead of one each.
+// Parameters whose sizes depend on the batch, or not stored as fp32 with an fp32 gradient,
+// keep their own launch.
+enum { OPT_FUSE = 32 };
+
+static bool fusable(const Ir *ir, int param) {
+  SymSize e = tensor_elems(ir, param);
+  int g = ir_grad_of(ir, param);
+  return e.b == 0 && e.t == 0 && e.c > 0 && g >= 0 && ir->tensors[param].dtype == DT_F32 &&
+         ir->tensors[g].dtype == DT_F32;
+}
+
+static void lower_optimizer_group(Lower *L, const int *params, int n) {
+  const Ir *ir = L->ir;
+  Optim o = ir->dense_optim;
+  bool adamw = o.kind == OPTIM_ADAMW;
+  char name[320], id[256], what[200];
+  ident(id, sizeof id, ir->tensors[params[0]].name);
+  snprintf(name, sizeof name, "%s_%d_params_%s", optim_name(o.kind), n, id);
+  snprintf(what, sizeof what, "%s of %d parameters, @%.60s first (optimizer)", optim_name(o.kind),
+           n, ir->tensors[params[0]].name);
+  lower_comment_at(L, ir->tensors[params[0]].loc, what);
+  int64_t blocks = 0;
+  for (int k = 0; k < n; k++)
+    blocks += (tensor_elems(ir, params[k]).c + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS;
+  KernelBuilder kb;
+  kb_begin(&kb, L, -1, name, sym_const(blocks * ELEMENTWISE_THREADS), ELEMENTWISE_THREADS,
+           ELEMENTWISE_THREADS);
+  kb.launch->optimizer = true;
+  kb.launch->node = ir->tensors[ir_grad_of(ir, params[0])].producer;
+  for (int k = 0; k < n; k++) {
+    char p[32];
+    snprintf(p, sizeof p, "w%d", k);
+    kb_tensor_out(&kb, p, params[k]);
+    if (adamw) {
+      snprintf(p, sizeof p, "m%d", k);
+      kb_optstate(&kb, p, params[k], 0);
+      snprintf(p, sizeof p, "v%d", k);
+      kb_optstate(&kb, p, params[k], 1);
+    }
+    snprintf(p, sizeof p, "g%d", k);
+    kb_tensor_in(&kb, p, ir_grad_of(ir, params[k]));
+  }
+  if (adamw) kb_step(&kb, "step");
+  StrBuf b = {0};
+  sb_printf(&b, "  const i64 blk = blockIdx.x;\n"
+                "  float *w%s;\n"
+                "  const float *g;\n"
+                "  i64 n, i;\n", adamw ? ", *m, *v" : "");
+  int64_t first = 0;
+  for (int k = 0; k < n; k++) {
+    int64_t elems = tensor_elems(ir, params[k]).c;
+    int64_t end = first + (elems + ELEMENTWISE_THREADS - 1) / ELEMENTWISE_THREADS;
+    sb_printf(&b, "  %sif (blk < %lld) {  // @%.60s\n"
+                  "    w = w%d, g = g%d, n = %lld, i = (blk - %lld) * blockDim.x + threadIdx.x;\n",
+              k ? "else " : "", (long long)end, ir->tensors[params[k]].name, k, k,
+              (long long)elems, (long long)first);
+    if (adamw) sb_printf(&b, "    m = m%d, v = v%d;\n", k, k);
+    sb_puts(&b, "  }\n");
+    first = end;
+  }
+  sb_puts(&b, "  else return;\n"
+              "  if (i >= n) return;\n");
+  if (adamw)
+    sb_printf(&b, "  const double lr = %s, beta1 = %s, beta2 = %s, eps = %s, weight_decay = %s;\n"
+                  "  double bias1 = 1.0 - pow(beta1, (double)step), bias2 = 1.0 - pow(beta2, (double)step);\n"
+                  "  double grad = g[i];\n"
+                  "  float m_new = (float)(beta1 * m[i] + (1.0 - beta1) * grad);\n"
+                  "  float v_new = (float)(beta2 * v[i] + (1.0 - beta2) * grad * grad);\n"
+                  "  m[i] = m_new;\n"
+                  "  v[i] = v_new;\n"
+                  "  double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;\n"
+                  "  w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));\n",
+              num(o.lr).s, num(o.beta1).s, num(o.beta2).s, num(o.eps).s, num(o.weight_decay).s);
+  else
+    sb_printf(&b, "  w[i] = (float)(w[i] - %s * g[i]);\n", num(o.lr).s);
+  kb_end(&kb, b.data);
+  sb_free(&b);
+}
+
+bool lower_optimizers(Lower *L, const int *params, int n) {
+  const Ir *ir = L->ir;
+  Optim o = ir->dense_optim;
+  if (o.kind != OPTIM_ADAMW && o.kind != OPTIM_SGD) return true;
+  int *group = xcalloc((size_t)(n > 0 ? n : 1), sizeof *group);
+  int ng = 0;
+  for (int k = 0; k <= n; k++) {
+    bool take = k < n && fusable(ir, params[k]);
+    if (take) group[ng++] = params[k];
+    if (ng > 0 && (!take || ng == OPT_FUSE || k == n)) {
+      if (ng == 1) lower_optimizer(L, group[0]);
+      else lower_optimizer_group(L, group, ng);
+      ng = 0;
+    }
+    if (k < n && !take) lower_optimizer(L, params[k]);
+  }
+  free(group);
   return true;
 }

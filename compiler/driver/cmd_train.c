@@ -417,7 +417,7 @@ static void print_summary(const Trainer *t, const LoopResult *r) {
            "training, %.2f s in all%s)\n",
            r->examples_per_second, r->timed_steps, trainer_batch(t), trainer_step_seconds(t),
            r->seconds, r->timed_steps < r->steps ? "; the profiled steps not counted" : "");
-  if (r->steps > 0 && trainer_device(t)) {
+  if (r->timed_steps > 0 && trainer_device(t)) {
     double secs = trainer_step_seconds(t), peak = trainer_peak_tflops(t);
     double tflops = secs > 0 ? trainer_flops(t) / secs / 1e12 : 0;
     printf("  step time %.3f ms; %.1f TFLOP/s useful (IR FLOPs over real lengths); Local MFU "
@@ -475,8 +475,9 @@ static void print_profile(const Trainer *t, const LoopResult *r) {
   if (!trainer_profile(t, &prof)) {
     printf("profile: nothing was profiled (%s)\n",
            !trainer_device(t) ? "the cpu backend runs no kernels"
-           : r->steps == 0 ? "no steps were taken"
-                           : "--on-nan skip steps are not profiled");
+           : r->steps == 0    ? "no steps were taken"
+                              : "--on-nan skip steps are not profiled, and a step whose capture "
+                                "failed runs unprofiled (see the note above)");
     return;
   }
   int64_t timed = trainer_timed_steps(t);

@@ -94,7 +94,8 @@ static bool resolve_all(CudaDriver *d, void *lib) {
   RESOLVE(cuEventCreate, "cuEventCreate", NULL);
   RESOLVE(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
   RESOLVE(cuEventRecord, "cuEventRecord", NULL);
-  RESOLVE(cuEventRecordWithFlags, "cuEventRecordWithFlags", NULL);
+  // Optional (CUDA 11.1 and later): only `gemc train --profile` needs it.
+  d->cuEventRecordWithFlags = (CUresult(*)(CUevent, CUstream, unsigned))dlsym(lib, "cuEventRecordWithFlags");
   RESOLVE(cuEventSynchronize, "cuEventSynchronize", NULL);
   RESOLVE(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
   RESOLVE(cuStreamBeginCapture, "cuStreamBeginCapture_v2", "cuStreamBeginCapture");
@@ -188,13 +189,7 @@ bool cuda_context_open(CudaContext *c, int ordinal, char *err, size_t err_size) 
       !CU_CHECK(d->cuDeviceTotalMem(&c->total_mem, c->device)))
     goto fail;
   arch_name(c->sm_major, c->sm_minor, c->arch, sizeof c->arch);
-  // Double data rate: two transfers a clock over the bus.
-  int clock_khz = 0, bus_bits = 0;
-  if (d->cuDeviceGetAttribute(&clock_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, c->device) ==
-          CU_SUCCESS &&
-      d->cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, c->device) ==
-          CU_SUCCESS)
-    c->peak_gbps = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9;
+
   if (!CU_CHECK(d->cuDevicePrimaryCtxRetain(&c->ctx, c->device))) goto fail;
   if (!CU_CHECK(d->cuCtxSetCurrent(c->ctx))) {
     d->cuDevicePrimaryCtxRelease(c->device);

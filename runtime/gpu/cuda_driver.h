@@ -42,8 +42,6 @@ enum {
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75,
   CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76,
   CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
-  CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE = 36,       // kHz
-  CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = 37, // bits
   CU_EVENT_RECORD_EXTERNAL = 1,  // under stream capture: an event record node in the graph
   CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
   // cuTensorMapEncodeTiled's enums (cuda.h values)
@@ -98,7 +96,7 @@ typedef struct CudaDriver {
   CUresult (*cuEventCreate)(CUevent *e, unsigned flags);
   CUresult (*cuEventDestroy)(CUevent e);
   CUresult (*cuEventRecord)(CUevent e, CUstream s);
-  CUresult (*cuEventRecordWithFlags)(CUevent e, CUstream s, unsigned flags);
+  CUresult (*cuEventRecordWithFlags)(CUevent e, CUstream s, unsigned flags);  // NULL: none
   CUresult (*cuEventSynchronize)(CUevent e);
   CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
   CUresult (*cuStreamBeginCapture)(CUstream s, int mode);
@@ -140,7 +138,6 @@ typedef struct CudaContext {
   int sm_major, sm_minor, sm_count;
   int max_smem_optin;
   size_t total_mem;
-  double peak_gbps;  // DRAM bandwidth from the memory clock and bus width (0: not reported)
   char name[128];
   char arch[16];  // "sm_90a" for 9.0, "sm_100a" for 10.0, else "sm_XY"
 } CudaContext;

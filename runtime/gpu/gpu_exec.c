@@ -652,6 +652,9 @@ bool gpu_exec_profile(GpuExec *g, bool on, char *err, size_t err_size) {
   if (on && g->o.sync_each_launch)
     return fail(err, err_size, "a profile cannot run with GEMC_CUDA_SYNC=1 (a graph has no "
                 "synchronization inside)");
+  if (on && !g->d->cuEventRecordWithFlags)
+    return fail(err, err_size, "a profile needs cuEventRecordWithFlags (a CUDA 11.1 or later "
+                "driver)");
   if (on && !g->prof_start) {
     int n = g->p->nlaunches;
     g->prof_start = xcalloc((size_t)n + 1, sizeof *g->prof_start);
@@ -689,6 +692,7 @@ static bool launch_profiled(GpuExec *g, int phases, int64_t step, char *err, siz
   const Slot *sl = &g->slots[g->cur];
   const int64_t *offsets[GPU_MAX_JAGGED];
   slot_offsets(g, sl, offsets);
+  g->capture_failed = true;  // until the graph is launched: nothing has run
   if (!CU_CHECK(d->cuStreamBeginCapture(g->compute, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)))
     return fail(err, err_size, "starting the profile's graph capture: %s", cuda_last_error());
   bool ok = true, said = false;  // said: err holds the failure's message
@@ -712,14 +716,22 @@ static bool launch_profiled(GpuExec *g, int phases, int64_t step, char *err, siz
   bool ended = CU_CHECK(d->cuStreamEndCapture(g->compute, &graph));
   ok = ok && ended && CU_CHECK(d->cuGraphInstantiateWithFlags(&g->prof_exec, graph, 0));
   if (graph) d->cuGraphDestroy(graph);
-  if (!ok) {
+  if (!ok) {  // nothing ran: a capture enqueues no work
     for (int i = 0; i < g->p->nlaunches; i++) g->prof_ran[i] = false;
+    if (g->prof_exec) d->cuGraphExecDestroy(g->prof_exec);
     g->prof_exec = NULL;
+    g->capture_failed = true;
     if (!said) fail(err, err_size, "the profile's CUDA graph: %s", cuda_last_error());
     return false;
   }
-  if (!CU_CHECK(d->cuGraphLaunch(g->prof_exec, g->compute)))
+  if (!CU_CHECK(d->cuGraphLaunch(g->prof_exec, g->compute))) {
+    for (int i = 0; i < g->p->nlaunches; i++) g->prof_ran[i] = false;
+    d->cuGraphExecDestroy(g->prof_exec);
+    g->prof_exec = NULL;
+    g->capture_failed = false;  // a launch that failed for real
     return fail(err, err_size, "launching the profile's graph: %s", cuda_last_error());
+  }
+  g->capture_failed = false;
   return true;
 }
 
@@ -755,9 +767,19 @@ bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *err, size_t err
   if (!CU_CHECK(d->cuStreamWaitEvent(g->compute, s->uploaded, 0)) ||
       !CU_CHECK(d->cuEventRecord(g->step_start, g->compute)))
     return fail(err, err_size, "%s", cuda_last_error());
-  if (g->profile && !g->prof_exec) {
-    if (!launch_profiled(g, phases, step, err, err_size)) return false;
-  } else {
+  // Training steps only: an evaluation's forward would count as a profiled step. A capture
+  // that fails (nothing has run) turns the profile off for the run, with a note, as run_phase
+  // does for graphs, and the step runs directly.
+  bool profiled = false;
+  if (g->profile && !g->prof_exec && (phases & GPU_BACKWARD)) {
+    profiled = launch_profiled(g, phases, step, err, err_size);
+    if (!profiled && !g->capture_failed) return false;
+    if (!profiled) {
+      fprintf(stderr, "gemc: note: the profile is off: %s\n", err);
+      g->profile = false;
+    }
+  }
+  if (!profiled) {
     if ((phases & GPU_FORWARD) && (!run_phase(g, GPU_FORWARD, step, err, err_size) ||
                                    !queue_readback(g, err, err_size)))
       return false;

@@ -103,14 +103,16 @@ PipelineItem *pipeline_take(BatchPipeline *p, int64_t cursor, double *wait_s) {
   double t0 = now_seconds();
   pthread_mutex_lock(&p->mu);
   p->paused = false;  // a take needs the producer
-  // Items made for cursors the trainer has passed will never be asked for.
-  for (int i = 0; i < p->depth; i++) {
-    PipelineItem *it = &p->items[i];
-    if (it->state == ITEM_READY && (it->generation != p->generation || it->cursor < cursor))
-      it->state = ITEM_FREE;
-  }
   PipelineItem *it;
-  while (!(it = find_item(p, cursor)) || it->state != ITEM_READY) {
+  for (;;) {
+    // Items made for cursors the trainer has passed will never be asked for (checked on every
+    // wake: one still being made when the take began may have become ready since).
+    for (int i = 0; i < p->depth; i++) {
+      PipelineItem *x = &p->items[i];
+      if (x->state == ITEM_READY && (x->generation != p->generation || x->cursor < cursor))
+        x->state = ITEM_FREE;
+    }
+    if ((it = find_item(p, cursor)) && it->state == ITEM_READY) break;
     if (!it && !(p->started && p->next_cursor == cursor)) {
       // Not made, and not next: start the stream again at `cursor`.
       p->generation++;
@@ -139,6 +141,16 @@ void pipeline_pause(BatchPipeline *p) {
   pthread_mutex_lock(&p->mu);
   p->paused = true;
   while (p->busy > 0) pthread_cond_wait(&p->cv, &p->mu);
+  pthread_mutex_unlock(&p->mu);
+}
+
+void pipeline_reset(BatchPipeline *p) {
+  pthread_mutex_lock(&p->mu);
+  p->generation++;
+  p->started = false;
+  for (int i = 0; i < p->depth; i++)
+    if (p->items[i].state == ITEM_READY) p->items[i].state = ITEM_FREE;
+  pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -9,7 +9,8 @@
 // (after an evaluation, a resume, a skipped step) drops what was made and starts again there:
 // every batch the trainer gets is the one it would have made itself.
 // defines: BatchPipeline, PipelineItem, PipelineProduce, pipeline_new, pipeline_take,
-//          pipeline_release, pipeline_pause, pipeline_resume, pipeline_free
+//          pipeline_release, pipeline_pause, pipeline_resume, pipeline_reset,
+//          pipeline_free
 #ifndef GEMC_BATCH_PIPELINE_H
 #define GEMC_BATCH_PIPELINE_H
 
@@ -52,6 +53,9 @@ void pipeline_release(BatchPipeline *p, PipelineItem *it);
 // data source itself, as the evaluation does); resume lets it go on.
 void pipeline_pause(BatchPipeline *p);
 void pipeline_resume(BatchPipeline *p);
+// Drops every batch made so far (the data source changed: a resume with another seed); the
+// next take starts the stream again.
+void pipeline_reset(BatchPipeline *p);
 
 void pipeline_free(BatchPipeline *p);
 

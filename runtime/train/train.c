@@ -400,20 +400,27 @@ static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, do
   return ok;
 }
 
+// Where gpu_batch_at's time went: making and staging the batch (on the pipeline's thread, or
+// here without one), waiting for the pipeline, copying into the slot.
+typedef struct BatchTimes {
+  double make_s, stage_s, wait_s, copy_s;
+} BatchTimes;
+
 // Makes the batch of `cursor` current on the GPU (its upload enqueued) and in t->batch: from
 // the pipeline, or made here when there is none.
-static bool gpu_batch_at(Trainer *t, int64_t cursor, char *err, size_t err_size) {
+static bool gpu_batch_at(Trainer *t, int64_t cursor, BatchTimes *bt, char *err,
+                         size_t err_size) {
+  *bt = (BatchTimes){0};
   double t0 = now_seconds();
   if (!t->pipeline) {
     bool ok = training_batch_at(t, cursor, &t->batch, err, err_size);
     double t1 = now_seconds();
     ok = ok && gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
-    t->times.batch_s += t1 - t0;
-    t->times.upload_s += now_seconds() - t1;
+    bt->make_s = t1 - t0;
+    bt->stage_s = now_seconds() - t1;
     return ok;
   }
-  double waited = 0;
-  PipelineItem *it = pipeline_take(t->pipeline, cursor, &waited);
+  PipelineItem *it = pipeline_take(t->pipeline, cursor, &bt->wait_s);
   if (!it->ok) {
     fail(err, err_size, "%s", it->err);
     pipeline_release(t->pipeline, it);
@@ -424,10 +431,9 @@ static bool gpu_batch_at(Trainer *t, int64_t cursor, char *err, size_t err_size)
   it->batch = mine;
   double t1 = now_seconds();
   bool ok = gpu_session_set_staged(t->gpu, &it->staged, err, err_size);
-  t->times.batch_s += it->make_s;
-  t->times.upload_s += it->stage_s;
-  t->times.batch_wait_s += waited;
-  t->times.copy_s += now_seconds() - t1;
+  bt->make_s = it->make_s;
+  bt->stage_s = it->stage_s;
+  bt->copy_s = now_seconds() - t1;
   pipeline_release(t->pipeline, it);
   return ok;
 }
@@ -631,7 +637,8 @@ const int64_t *trainer_skipped_steps(const Trainer *t, int64_t *n) {
 // gradients are checked (on the device) before the optimizer is launched, or not. The next
 // batch is uploaded while the update runs.
 static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_size) {
-  if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, err, err_size)) return false;
+  BatchTimes ignore;
+  if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, &ignore, err, err_size)) return false;
   t->gpu_prefetched = false;
   t->flops += step_flops(t->ir, &t->batch, true);
   for (int k = 0; k < t->ntasks; k++)
@@ -659,7 +666,7 @@ static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_siz
     }
   }
   if (!skip && !gpu_session_launch_update(t->gpu, t->step + 1, err, err_size)) return false;
-  t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, err, err_size);
+  t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, &ignore, err, err_size);
   double ignored;
   if (!skip && !gpu_session_finish(t->gpu, &ignored, err, err_size)) return false;
   if (skip) {
@@ -689,7 +696,8 @@ static bool set_profiling(Trainer *t, char *err, size_t err_size) {
 
 static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double t0 = now_seconds();
-  if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, err, err_size)) return false;
+  BatchTimes first = {0}, next = {0};
+  if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, &first, err, err_size)) return false;
   if (!set_profiling(t, err, err_size)) return false;
   if (!t->profiling) t->flops += step_flops(t->ir, &t->batch, true);
   for (int k = 0; k < t->ntasks; k++)
@@ -699,7 +707,7 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double t2 = now_seconds();
   // The next batch: its making and staging ran on the pipeline's thread meanwhile (or run
   // here without one); its copy into a slot and its upload overlap this step.
-  t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, err, err_size);
+  t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, &next, err, err_size);
   double t3 = now_seconds();
   double l;
   if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
@@ -711,6 +719,11 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
     t->times.wait_s += t4 - t3;
     t->times.other_s += t1 - t0;
     t->times.device_s += 1e-3 * gpu_session_device_ms(t->gpu);
+    // The batches this step took (the next one; this one too when it was not prefetched).
+    t->times.batch_s += first.make_s + next.make_s;
+    t->times.upload_s += first.stage_s + next.stage_s;
+    t->times.batch_wait_s += first.wait_s + next.wait_s;
+    t->times.copy_s += first.copy_s + next.copy_s;
   }
   if (test_nan(t)) l = NAN;
   // The update ran with the step; training stops here, and nothing is saved after it.
@@ -1061,6 +1074,7 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
         if (t->pipeline) pipeline_pause(t->pipeline);
         synth_free(t->synth);
         t->synth = make_synth(t);
+        if (t->pipeline) pipeline_reset(t->pipeline);  // batches of the old stream are gone
         if (t->pipeline) pipeline_resume(t->pipeline);
       }
     }

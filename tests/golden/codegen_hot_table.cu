@@ -805,17 +805,48 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
 }
 #line 807 "model.cu"
 
-// codegen_hot_table.gem:19:7 adamw @y.mlp0.l0.w (optimizer)
+// codegen_hot_table.gem:19:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
-adamw_y_mlp0_l0_w(float *__restrict__ w,
-    float *__restrict__ m,
-    float *__restrict__ v,
-    const float *__restrict__ g,
-    i64 step,
-    i64 n) {
+adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
+    float *__restrict__ m0,
+    float *__restrict__ v0,
+    const float *__restrict__ g0,
+    float *__restrict__ w1,
+    float *__restrict__ m1,
+    float *__restrict__ v1,
+    const float *__restrict__ g1,
+    float *__restrict__ w2,
+    float *__restrict__ m2,
+    float *__restrict__ v2,
+    const float *__restrict__ g2,
+    float *__restrict__ w3,
+    float *__restrict__ m3,
+    float *__restrict__ v3,
+    const float *__restrict__ g3,
+    i64 step) {
 #line 19 "codegen_hot_table.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  const i64 blk = blockIdx.x;
+  float *w, *m, *v;
+  const float *g;
+  i64 n, i;
+  if (blk < 9) {  // @y.mlp0.l0.w
+    w = w0, g = g0, n = 2304, i = (blk - 0) * blockDim.x + threadIdx.x;
+    m = m0, v = v0;
+  }
+  else if (blk < 10) {  // @y.mlp0.l0.b
+    w = w1, g = g1, n = 16, i = (blk - 9) * blockDim.x + threadIdx.x;
+    m = m1, v = v1;
+  }
+  else if (blk < 11) {  // @y.mlp0.l1.w
+    w = w2, g = g2, n = 16, i = (blk - 10) * blockDim.x + threadIdx.x;
+    m = m2, v = v2;
+  }
+  else if (blk < 12) {  // @y.mlp0.l1.b
+    w = w3, g = g3, n = 1, i = (blk - 11) * blockDim.x + threadIdx.x;
+    m = m3, v = v3;
+  }
+  else return;
   if (i >= n) return;
   const double lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1e-08, weight_decay = 0.0;
   double bias1 = 1.0 - pow(beta1, (double)step), bias2 = 1.0 - pow(beta2, (double)step);
@@ -827,16 +858,4 @@ adamw_y_mlp0_l0_w(float *__restrict__ w,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 831 "model.cu"
-
-// codegen_hot_table.gem:19:7 adamw @y.mlp0.l0.b (optimizer)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
-// launches adamw_y_mlp0_l0_w (the same kernel) with this op's arguments
-
-// codegen_hot_table.gem:19:7 adamw @y.mlp0.l1.w (optimizer)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
-// launches adamw_y_mlp0_l0_w (the same kernel) with this op's arguments
-
-// codegen_hot_table.gem:19:7 adamw @y.mlp0.l1.b (optimizer)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
-// launches adamw_y_mlp0_l0_w (the same kernel) with this op's arguments
+#line 862 "model.cu"

@@ -1224,17 +1224,88 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
 }
 #line 1226 "model.cu"
 
-// codegen_small.gem:19:7 adamw @u.linear0.w (optimizer)
+// codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
 extern "C" __global__ void __launch_bounds__(256)
-adamw_u_linear0_w(float *__restrict__ w,
-    float *__restrict__ m,
-    float *__restrict__ v,
-    const float *__restrict__ g,
-    i64 step,
-    i64 n) {
+adamw_9_params_u_linear0_w(float *__restrict__ w0,
+    float *__restrict__ m0,
+    float *__restrict__ v0,
+    const float *__restrict__ g0,
+    float *__restrict__ w1,
+    float *__restrict__ m1,
+    float *__restrict__ v1,
+    const float *__restrict__ g1,
+    float *__restrict__ w2,
+    float *__restrict__ m2,
+    float *__restrict__ v2,
+    const float *__restrict__ g2,
+    float *__restrict__ w3,
+    float *__restrict__ m3,
+    float *__restrict__ v3,
+    const float *__restrict__ g3,
+    float *__restrict__ w4,
+    float *__restrict__ m4,
+    float *__restrict__ v4,
+    const float *__restrict__ g4,
+    float *__restrict__ w5,
+    float *__restrict__ m5,
+    float *__restrict__ v5,
+    const float *__restrict__ g5,
+    float *__restrict__ w6,
+    float *__restrict__ m6,
+    float *__restrict__ v6,
+    const float *__restrict__ g6,
+    float *__restrict__ w7,
+    float *__restrict__ m7,
+    float *__restrict__ v7,
+    const float *__restrict__ g7,
+    float *__restrict__ w8,
+    float *__restrict__ m8,
+    float *__restrict__ v8,
+    const float *__restrict__ g8,
+    i64 step) {
 #line 19 "codegen_small.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  const i64 blk = blockIdx.x;
+  float *w, *m, *v;
+  const float *g;
+  i64 n, i;
+  if (blk < 1) {  // @u.linear0.w
+    w = w0, g = g0, n = 64, i = (blk - 0) * blockDim.x + threadIdx.x;
+    m = m0, v = v0;
+  }
+  else if (blk < 2) {  // @u.linear0.b
+    w = w1, g = g1, n = 16, i = (blk - 1) * blockDim.x + threadIdx.x;
+    m = m1, v = v1;
+  }
+  else if (blk < 3) {  // @n.rmsnorm0.gain
+    w = w2, g = g2, n = 16, i = (blk - 2) * blockDim.x + threadIdx.x;
+    m = m2, v = v2;
+  }
+  else if (blk < 4) {  // @l.layernorm0.gain
+    w = w3, g = g3, n = 16, i = (blk - 3) * blockDim.x + threadIdx.x;
+    m = m3, v = v3;
+  }
+  else if (blk < 5) {  // @l.layernorm0.bias
+    w = w4, g = g4, n = 16, i = (blk - 4) * blockDim.x + threadIdx.x;
+    m = m4, v = v4;
+  }
+  else if (blk < 8) {  // @y.mlp0.l0.w
+    w = w5, g = g5, n = 608, i = (blk - 5) * blockDim.x + threadIdx.x;
+    m = m5, v = v5;
+  }
+  else if (blk < 9) {  // @y.mlp0.l0.b
+    w = w6, g = g6, n = 32, i = (blk - 8) * blockDim.x + threadIdx.x;
+    m = m6, v = v6;
+  }
+  else if (blk < 10) {  // @y.mlp0.l1.w
+    w = w7, g = g7, n = 32, i = (blk - 9) * blockDim.x + threadIdx.x;
+    m = m7, v = v7;
+  }
+  else if (blk < 11) {  // @y.mlp0.l1.b
+    w = w8, g = g8, n = 1, i = (blk - 10) * blockDim.x + threadIdx.x;
+    m = m8, v = v8;
+  }
+  else return;
   if (i >= n) return;
   const double lr = 0.001, beta1 = 0.9, beta2 = 0.999, eps = 1e-08, weight_decay = 0.0;
   double bias1 = 1.0 - pow(beta1, (double)step), bias2 = 1.0 - pow(beta2, (double)step);
@@ -1246,36 +1317,4 @@ adamw_u_linear0_w(float *__restrict__ w,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1250 "model.cu"
-
-// codegen_small.gem:19:7 adamw @u.linear0.b (optimizer)
-//     u = linear(c, 16);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:21:7 adamw @n.rmsnorm0.gain (optimizer)
-//     n = rmsnorm(r);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:23:7 adamw @l.layernorm0.gain (optimizer)
-//     l = layernorm(a - g);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:23:7 adamw @l.layernorm0.bias (optimizer)
-//     l = layernorm(a - g);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:25:7 adamw @y.mlp0.l0.w (optimizer)
-//     y = mlp(concat(l, i), [32, 1], act = gelu);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:25:7 adamw @y.mlp0.l0.b (optimizer)
-//     y = mlp(concat(l, i), [32, 1], act = gelu);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:25:7 adamw @y.mlp0.l1.w (optimizer)
-//     y = mlp(concat(l, i), [32, 1], act = gelu);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_small.gem:25:7 adamw @y.mlp0.l1.b (optimizer)
-//     y = mlp(concat(l, i), [32, 1], act = gelu);
-// launches adamw_u_linear0_w (the same kernel) with this op's arguments
+#line 1321 "model.cu"

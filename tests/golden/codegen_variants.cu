@@ -990,42 +990,56 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
 }
 #line 992 "model.cu"
 
-// codegen_variants.gem:18:7 sgd @u.linear0.w (optimizer)
+// codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
 extern "C" __global__ void __launch_bounds__(256)
-sgd_u_linear0_w(float *__restrict__ w,
-    const float *__restrict__ g,
-    i64 n) {
+sgd_8_params_u_linear0_w(float *__restrict__ w0,
+    const float *__restrict__ g0,
+    float *__restrict__ w1,
+    const float *__restrict__ g1,
+    float *__restrict__ w2,
+    const float *__restrict__ g2,
+    float *__restrict__ w3,
+    const float *__restrict__ g3,
+    float *__restrict__ w4,
+    const float *__restrict__ g4,
+    float *__restrict__ w5,
+    const float *__restrict__ g5,
+    float *__restrict__ w6,
+    const float *__restrict__ g6,
+    float *__restrict__ w7,
+    const float *__restrict__ g7) {
 #line 18 "codegen_variants.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i < n) w[i] = (float)(w[i] - 0.1 * g[i]);
+  const i64 blk = blockIdx.x;
+  float *w;
+  const float *g;
+  i64 n, i;
+  if (blk < 1) {  // @u.linear0.w
+    w = w0, g = g0, n = 24, i = (blk - 0) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 2) {  // @u.linear0.b
+    w = w1, g = g1, n = 8, i = (blk - 1) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 3) {  // @v.mlp0.l0.w
+    w = w2, g = g2, n = 64, i = (blk - 2) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 4) {  // @v.mlp0.l0.b
+    w = w3, g = g3, n = 8, i = (blk - 3) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 6) {  // @y.mlp0.l0.w
+    w = w4, g = g4, n = 384, i = (blk - 4) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 7) {  // @y.mlp0.l0.b
+    w = w5, g = g5, n = 16, i = (blk - 6) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 8) {  // @y.mlp0.l1.w
+    w = w6, g = g6, n = 16, i = (blk - 7) * blockDim.x + threadIdx.x;
+  }
+  else if (blk < 9) {  // @y.mlp0.l1.b
+    w = w7, g = g7, n = 1, i = (blk - 8) * blockDim.x + threadIdx.x;
+  }
+  else return;
+  if (i >= n) return;
+  w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1004 "model.cu"
-
-// codegen_variants.gem:18:7 sgd @u.linear0.b (optimizer)
-//     u = linear(c, 8) @fp8;
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_variants.gem:19:7 sgd @v.mlp0.l0.w (optimizer)
-//     v = mlp(a, [8], act = relu) @fp16;
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_variants.gem:19:7 sgd @v.mlp0.l0.b (optimizer)
-//     v = mlp(a, [8], act = relu) @fp16;
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_variants.gem:22:7 sgd @y.mlp0.l0.w (optimizer)
-//     y = mlp(s, [16, 1], act = relu);
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_variants.gem:22:7 sgd @y.mlp0.l0.b (optimizer)
-//     y = mlp(s, [16, 1], act = relu);
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_variants.gem:22:7 sgd @y.mlp0.l1.w (optimizer)
-//     y = mlp(s, [16, 1], act = relu);
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
-
-// codegen_variants.gem:22:7 sgd @y.mlp0.l1.b (optimizer)
-//     y = mlp(s, [16, 1], act = relu);
-// launches sgd_u_linear0_w (the same kernel) with this op's arguments
+#line 1046 "model.cu"

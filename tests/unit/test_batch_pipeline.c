@@ -253,6 +253,47 @@ static void test_pipeline_pause_stops_the_producer(void **state) {
   model_close(&x);
 }
 
+// One item, the producer still making the batch after the one taken when the trainer skips
+// ahead: the take must drop it once made and start the stream at the new cursor (it hung).
+static void test_pipeline_one_item_skips_ahead(void **state) {
+  (void)state;
+  Model x;
+  model_open(&x, "models/gem_small.gem");
+  int64_t B = x.m.ir.batch;
+  Source src = {.x = &x, .fail_at = -1, .delay_us = 20000};
+  BatchPipeline *p = pipeline_new(1, &x.s, B, B, produce, &src);
+  Batch ref;
+  batch_alloc(&ref, &x.s, B);
+  take_and_check(p, &x, &ref, 0);  // the producer now makes cursor B, slowly
+  take_and_check(p, &x, &ref, 2 * B);
+  take_and_check(p, &x, &ref, 3 * B);
+  pipeline_free(p);
+  batch_free(&ref);
+  model_close(&x);
+}
+
+// A reset drops what was made: the next take makes its batch again.
+static void test_pipeline_reset_makes_again(void **state) {
+  (void)state;
+  Model x;
+  model_open(&x, "models/gem_small.gem");
+  int64_t B = x.m.ir.batch;
+  Source src = {.x = &x, .fail_at = -1};
+  BatchPipeline *p = pipeline_new(3, &x.s, B, B, produce, &src);
+  Batch ref;
+  batch_alloc(&ref, &x.s, B);
+  take_and_check(p, &x, &ref, 0);
+  pipeline_pause(p);
+  pipeline_reset(p);
+  int before = __atomic_load_n(&src.made, __ATOMIC_SEQ_CST);
+  pipeline_resume(p);
+  take_and_check(p, &x, &ref, B);
+  assert_true(__atomic_load_n(&src.made, __ATOMIC_SEQ_CST) > before);
+  pipeline_free(p);
+  batch_free(&ref);
+  model_close(&x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_stage_hstu_matches_the_batch_and_shares_equal_tile_lists),
@@ -260,6 +301,8 @@ int main(void) {
       cmocka_unit_test(test_pipeline_gives_the_inline_batches_in_order_and_after_jumps),
       cmocka_unit_test(test_pipeline_reports_a_failed_batch_and_goes_on),
       cmocka_unit_test(test_pipeline_pause_stops_the_producer),
+      cmocka_unit_test(test_pipeline_one_item_skips_ahead),
+      cmocka_unit_test(test_pipeline_reset_makes_again),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
