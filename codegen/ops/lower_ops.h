@@ -33,7 +33,7 @@ bool lower_gemm(Lower *L, int node);        // linear and its backward ops
 bool lower_interact(Lower *L, int node);    // dot_interact and dot_interact_bwd
 bool lower_sparse(Lower *L, int node);      // embed, embed_pool, embed_pool_bwd, table_grad
 bool lower_optimizer(Lower *L, int param);  // one AdamW or SGD kernel
-// The dense parameters' optimizer, up to 32 fp32 parameters of fixed size a launch.
+// The dense parameters' optimizer, up to 20 fp32 parameters of fixed size a launch.
 bool lower_optimizers(Lower *L, const int *params, int n);
 
 #endif
