@@ -94,6 +94,36 @@ static bool lower_embed_pool_bwd(Lower *L, int node) {
   return true;
 }
 
+// table_grad_apply's `value(occ)`: occurrence occ's gradient in column col, from its lookup's
+// dy rows (the lookups' occurrences are numbered one after another).
+static void emit_value_lambda(StrBuf *b, const Ir *ir, const Node *n, int npairs) {
+  sb_puts(b, "    // The occurrence's gradient value in column col: its lookup's dy row.\n"
+             "    auto value = [&](i64 occ) -> float {\n");
+  for (int k = 0; k < npairs; k++)
+    sb_printf(b, "      if (occ < n%d) return %s(dy%d, occ * DIM + col);\n      occ -= n%d;\n",
+              k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
+  sb_puts(b, "      return 0.0f;\n"
+             "    };\n");
+}
+
+// g += the run's occurrences [lo, hi) in order; the loads of AHEAD occurrences are issued
+// before their adds, so that a long run is not one load latency per occurrence.
+static void emit_run_sum(StrBuf *b, const char *in, const char *lo, const char *hi) {
+  sb_printf(b, "%sint e = %s;\n"
+               "%sfor (; e + AHEAD <= %s; e += AHEAD) {\n"
+               "%s  int at[AHEAD];\n"
+               "%s  float v[AHEAD];\n"
+               "#pragma unroll\n"
+               "%s  for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
+               "#pragma unroll\n"
+               "%s  for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);\n"
+               "#pragma unroll\n"
+               "%s  for (int u = 0; u < AHEAD; u++) g += v[u];\n"
+               "%s}\n"
+               "%sfor (; e < %s; e++) g += value(sorted[begin + e]);\n",
+            in, lo, in, hi, in, in, in, in, in, in, in, hi);
+}
+
 static bool lower_table_grad(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -264,29 +294,12 @@ static bool lower_table_grad(Lower *L, int node) {
                   "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
                   "  int begin = distinct_begin[d], count = distinct_count[d];\n"
                   "  double sum_sq = 0.0;\n"
-                  "  for (int col = lane; col < DIM; col += WARP_SIZE) {\n"
-                  "    // The occurrence's gradient value in column col: its lookup's dy row.\n"
-                  "    auto value = [&](i64 occ) -> float {\n",
+                  "  for (int col = lane; col < DIM; col += WARP_SIZE) {\n",
               (long long)dim, APPLY_WARPS, APPLY_AHEAD);
-    for (int k = 0; k < npairs; k++)
-      sb_printf(&b, "      if (occ < n%d) return %s(dy%d, occ * DIM + col);\n      occ -= n%d;\n",
-                k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
-    sb_puts(&b, "      return 0.0f;\n"
-                "    };\n"
-                "    float g = 0.0f;\n"
-                "    int e = 0;\n"
-                "    for (; e + AHEAD <= count; e += AHEAD) {\n"
-                "      int at[AHEAD];\n"
-                "      float v[AHEAD];\n"
-                "#pragma unroll\n"
-                "      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
-                "#pragma unroll\n"
-                "      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);\n"
-                "#pragma unroll\n"
-                "      for (int u = 0; u < AHEAD; u++) g += v[u];\n"
-                "    }\n"
-                "    for (; e < count; e++) g += value(sorted[begin + e]);\n"
-                "    grad[col] = g;\n"
+    emit_value_lambda(&b, ir, n, npairs);
+    sb_puts(&b, "    float g = 0.0f;\n");
+    emit_run_sum(&b, "    ", "0", "count");
+    sb_puts(&b, "    grad[col] = g;\n"
                 "    sum_sq += (double)g * g;\n"
                 "  }\n");
   } else {
@@ -306,32 +319,13 @@ static bool lower_table_grad(Lower *L, int node) {
                 "  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;\n"
                 "  double sum_sq = 0.0;\n"
                 "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
-                "    const int col = col0 + lane_col;\n"
-                "    // The occurrence's gradient value in column col: its lookup's dy row.\n"
-                "    auto value = [&](i64 occ) -> float {\n",
+                "    const int col = col0 + lane_col;\n",
             (long long)dim, (long long)gcols, groups, SPLIT_MIN, APPLY_AHEAD);
-  for (int k = 0; k < npairs; k++)
-    sb_printf(&b, "      if (occ < n%d) return %s(dy%d, occ * DIM + col);\n      occ -= n%d;\n",
-              k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
-  // Each part sums in occurrence order; the loads of AHEAD occurrences are issued before their
-  // adds, so a part is not one load latency per occurrence.
-  sb_puts(&b, "      return 0.0f;\n"
-              "    };\n"
-              "    float g = 0.0f;\n"
-              "    if (col < DIM) {\n"
-              "      int e = lo;\n"
-              "      for (; e + AHEAD <= hi; e += AHEAD) {\n"
-              "        int at[AHEAD];\n"
-              "        float v[AHEAD];\n"
-              "#pragma unroll\n"
-              "        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
-              "#pragma unroll\n"
-              "        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);\n"
-              "#pragma unroll\n"
-              "        for (int u = 0; u < AHEAD; u++) g += v[u];\n"
-              "      }\n"
-              "      for (; e < hi; e++) g += value(sorted[begin + e]);\n"
-              "    }\n"
+  emit_value_lambda(&b, ir, n, npairs);
+  sb_puts(&b, "    float g = 0.0f;\n"
+              "    if (col < DIM) {\n");
+  emit_run_sum(&b, "      ", "lo", "hi");
+  sb_puts(&b, "    }\n"
               "    if (GROUPS > 1) {  // the parts, added in group order by group 0\n"
               "      part[group * GCOLS + lane_col] = g;\n"
               "      __syncthreads();\n"
