@@ -58,7 +58,6 @@ struct Gemm {
   CUfunction round_bf16, round_fp16;
   CUdeviceptr bias16;
   int next_slot;
-  int64_t exact_queries;  // calls whose bucket's algorithm refused their size
   LtStatus (*create)(LtHandle *h);
   LtStatus (*destroy)(LtHandle h);
   size_t (*get_version)(void);
@@ -198,6 +197,18 @@ static bool make_layouts(Gemm *g, const GemmShape *s, int type, LtLayout *la, Lt
          g->layout_create(lc, lt_type(s->c_dtype), (uint64_t)s->n, (uint64_t)s->m, s->n) == 0;
 }
 
+// The heuristic's preference: the workspace and the pointers' alignments (Lt's A, B, C/D).
+// On failure *pref may hold a half-set preference for the caller to destroy.
+static bool make_pref(Gemm *g, const uint32_t align[3], LtPref *pref) {
+  uint64_t ws = WORKSPACE_BYTES;
+  return g->pref_create(pref) == 0 &&
+         g->pref_set(*pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) == 0 &&
+         g->pref_set(*pref, PREF_ALIGN_A, &align[0], sizeof align[0]) == 0 &&
+         g->pref_set(*pref, PREF_ALIGN_B, &align[1], sizeof align[1]) == 0 &&
+         g->pref_set(*pref, PREF_ALIGN_C, &align[2], sizeof align[2]) == 0 &&
+         g->pref_set(*pref, PREF_ALIGN_D, &align[2], sizeof align[2]) == 0;
+}
+
 // The largest power of two (at most 256) that divides the address.
 static uint32_t alignment(CUdeviceptr p) {
   uint32_t a = 256;
@@ -289,14 +300,7 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
         memcmp(g->cache[i].align, align, sizeof align) == 0)
       hit = &g->cache[i];
   step = "cublasLtMatmulPreferenceCreate";
-  uint64_t ws = WORKSPACE_BYTES;
-  if (!hit && (g->pref_create(&pref) != 0 ||
-               g->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) != 0 ||
-               g->pref_set(pref, PREF_ALIGN_A, &align[0], sizeof align[0]) != 0 ||
-               g->pref_set(pref, PREF_ALIGN_B, &align[1], sizeof align[1]) != 0 ||
-               g->pref_set(pref, PREF_ALIGN_C, &align[2], sizeof align[2]) != 0 ||
-               g->pref_set(pref, PREF_ALIGN_D, &align[2], sizeof align[2]) != 0))
-    goto done;
+  if (!hit && !make_pref(g, align, &pref)) goto done;
   if (!hit) {
     // Chosen at the bucket's own size, so that the choice does not depend on which size of
     // the bucket came first: a resumed run picks what a straight one did (bit-exact resume).
@@ -327,13 +331,8 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
   }
   // The bucket's algorithm does not take this size (or the bucket has none): this size's own,
   // not cached (the bucket keeps its choice).
-  if (!pref && (g->pref_create(&pref) != 0 ||
-                g->pref_set(pref, PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) != 0 ||
-                g->pref_set(pref, PREF_ALIGN_A, &align[0], sizeof align[0]) != 0 ||
-                g->pref_set(pref, PREF_ALIGN_B, &align[1], sizeof align[1]) != 0 ||
-                g->pref_set(pref, PREF_ALIGN_C, &align[2], sizeof align[2]) != 0 ||
-                g->pref_set(pref, PREF_ALIGN_D, &align[2], sizeof align[2]) != 0))
-    goto done;
+  step = "cublasLtMatmulPreferenceCreate";
+  if (!pref && !make_pref(g, align, &pref)) goto done;
   LtHeuristic h;
   int got = 0;
   step = "cublasLtMatmulAlgoGetHeuristic (no algorithm for this shape)";
@@ -344,7 +343,6 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
                 (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &h.algo,
                 (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream) != 0)
     goto done;
-  g->exact_queries++;
   ok = true;
 done:
   if (!ok) snprintf(err, err_size, "%s: %s failed", shape, step);

@@ -119,12 +119,6 @@ static int64_t sym(SymSize s, int64_t B, const int64_t *totals) {
   return s.c + s.b * B + (s.jag >= 0 && totals ? s.t * totals[s.jag] : 0);
 }
 
-// Rows and width of tensor t for a batch (a ROWS tensor: the most rows it can have).
-static void tensor_shape(const GpuExec *g, int ti, int64_t B, const int64_t *totals,
-                         int64_t *rows, int64_t *width) {
-  gpu_tensor_shape(g->ir, ti, B, totals, rows, width);
-}
-
 static const int64_t *max_totals(const GpuExec *g, int64_t *buf) {
   for (int j = 0; j < g->ir->njagged; j++) buf[j] = g->o.max_batch * g->ir->jagged[j].max_len;
   return buf;
@@ -913,7 +907,7 @@ static int64_t stored_numel(const GpuExec *g, int t) {
   const Slot *s = g->cur >= 0 ? &g->slots[g->cur] : NULL;
   int64_t zero[64] = {0};
   int64_t rows, width;
-  tensor_shape(g, t, s ? s->B : 0, s ? s->totals : zero, &rows, &width);
+  gpu_tensor_shape(g->ir, t, s ? s->B : 0, s ? s->totals : zero, &rows, &width);
   return rows * width;
 }
 
@@ -965,7 +959,7 @@ bool gpu_exec_read_tensor(GpuExec *g, int t, float *out, int64_t cap, int64_t *n
     // [int64 U][int64 ids[Umax]][fp32 Umax x D]
     const Slot *sl = g->cur >= 0 ? &g->slots[g->cur] : NULL;
     int64_t zero[64] = {0}, umax, width, u = 0;
-    tensor_shape(g, t, sl ? sl->B : 0, sl ? sl->totals : zero, &umax, &width);
+    gpu_tensor_shape(g->ir, t, sl ? sl->B : 0, sl ? sl->totals : zero, &umax, &width);
     if (!CU_CHECK(d->cuMemcpyDtoH(&u, p, 8)))
       return fail(err, err_size, "reading %s: %s", tt->name, cuda_last_error());
     if (u < 0 || u > umax)

@@ -9,15 +9,6 @@
 #include "checked.h"
 #include "launch_cost.h"
 
-static const char *dtype_short(DType t) {
-  switch (t) {
-  case DT_F32: return "fp32";
-  case DT_BF16: return "bf16";
-  case DT_FP16: return "fp16";
-  default: return dtype_name(t);
-  }
-}
-
 // The name a launch is grouped under: the kernel, or what cuBLASLt or the memset did.
 static void launch_label(const Plan *p, int i, char *out, size_t size) {
   const Launch *l = &p->launches[i];
@@ -26,7 +17,7 @@ static void launch_label(const Plan *p, int i, char *out, size_t size) {
   case LAUNCH_ZERO: snprintf(out, size, "memset"); return;
   case LAUNCH_GEMM:
     snprintf(out, size, "gemm (cuBLASLt) n=%" PRId64 " %s%s%s", l->gemm_n,
-             dtype_short(l->gemm_dtype), l->gemm_trans_a ? " At" : "", l->gemm_trans_b ? " Bt" : "");
+             dtype_name(l->gemm_dtype), l->gemm_trans_a ? " At" : "", l->gemm_trans_b ? " Bt" : "");
     return;
   }
   snprintf(out, size, "?");
