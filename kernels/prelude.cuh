@@ -3,7 +3,7 @@
 // standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
+// defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
 //          e4m3_round
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
@@ -43,6 +43,59 @@ __device__ __forceinline__ float load_fp16(const fp16_t *p, i64 i) { return fp16
 __device__ __forceinline__ void store_f32(float *p, i64 i, float x) { p[i] = x; }
 __device__ __forceinline__ void store_bf16(bf16_t *p, i64 i, float x) { p[i] = float_to_bf16(x); }
 __device__ __forceinline__ void store_fp16(fp16_t *p, i64 i, float x) { p[i] = float_to_fp16(x); }
+
+// N consecutive values p[i..i+N) as floats: one 4-, 8- or 16-byte load when p + i is aligned to
+// it (a row of a packed tensor whose width is a multiple of N), else N loads.
+template <int N>
+__device__ __forceinline__ void load_bf16_n(const bf16_t *p, i64 i, float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };  // one vector load of N bf16
+  const bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u = *(const Words *)q;
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(u.h[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(q[k]);
+  }
+}
+// p[i..i+N) = v as bf16: one vector store when aligned, as load_bf16_n.
+template <int N>
+__device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };
+  bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u;
+#pragma unroll
+    for (int k = 0; k < N; k++) u.h[k] = float_to_bf16(v[k]);
+    *(Words *)q = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = v[k];
+}
+template <int N>
+__device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = float_to_fp16(v[k]);
+}
+template <int N>
+__device__ __forceinline__ void load_f32_n(const float *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = p[i + k];
+}
+template <int N>
+__device__ __forceinline__ void load_fp16_n(const fp16_t *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = fp16_to_float(p[i + k]);
+}
 
 // --- fp8 (E4M3) -------------------------------------------------------------------------
 

@@ -71,39 +71,56 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
     StrBuf b = {0};
     sb_printf(&b, "  enum { COLS = %lld };\n", (long long)cols);
     if (k_contiguous) {
-      // A warp per block of 32 along a row, a lane per element: coalesced, and the block's
-      // amax by a butterfly (a max: the same bits in any order).
-      kb_begin(&kb, L, node, name, sym_scale(rows, col_blocks * 32), ELEMENTWISE_THREADS,
+      // A group of MX_BLOCK / VEC lanes per block of 32 along a row, VEC adjacent elements a
+      // lane (one vector load and store when the row width allows): coalesced, and the
+      // block's amax by a butterfly within the group (a max: the same bits in any order).
+      int vec = cols % 8 == 0 ? 8 : cols % 4 == 0 ? 4 : cols % 2 == 0 ? 2 : 1;
+      kb_begin(&kb, L, node, name, sym_scale(rows, col_blocks * 32), vec * ELEMENTWISE_THREADS,
                ELEMENTWISE_THREADS);
       kb_scratch(&kb, dtype_ctype(type), "out", s, true);
       kb_tensor_in(&kb, "x", t);
       kb_size(&kb, "rows", rows);
-      sb_printf(&b, "  enum { COL_BLOCKS = (COLS + MX_BLOCK - 1) / MX_BLOCK };\n"
+      sb_printf(&b, "  enum { COL_BLOCKS = (COLS + MX_BLOCK - 1) / MX_BLOCK, VEC = %d, GROUP = MX_BLOCK / VEC };\n"
                     "  i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-                    "  i64 blk = t / WARP_SIZE;\n"
-                    "  int lane = (int)(t %% WARP_SIZE);\n"
-                    "  int col = (int)(blk %% COL_BLOCKS) * MX_BLOCK + lane;\n"
+                    "  i64 blk = t / GROUP;\n"
+                    "  int col = (int)(blk %% COL_BLOCKS) * MX_BLOCK + (int)(t %% GROUP) * VEC;\n"
                     "  bool mine = blk < rows * COL_BLOCKS && col < COLS;\n"
                     "  i64 at = (blk / COL_BLOCKS) * COLS + col;\n"
-                    "  float v = mine ? %s(x, at) : 0.0f;\n"
-                    "  float a = fabsf(v);\n"
-                    "  float amax = warp_max(isfinite(a) ? a : 0.0f);\n"
+                    "  float v[VEC] = {}, amax = 0.0f;\n"
+                    "  if (mine) %s_n<VEC>(x, at, v);\n"
+                    "#pragma unroll\n"
+                    "  for (int k = 0; k < VEC; k++) {\n"
+                    "    float a = fabsf(v[k]);\n"
+                    "    if (isfinite(a) && a > amax) amax = a;\n"
+                    "  }\n"
+                    "#pragma unroll\n"
+                    "  for (int off = GROUP / 2; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));\n"
                     "  int e = mx_block_exponent(amax);\n"
-                    "  if (mine) %s(out, at, e4m3_round(v * ldexpf(1.0f, -e)) * ldexpf(1.0f, e));\n",
-                lt, st);
+                    "  float inv_scale = ldexpf(1.0f, -e), scale = ldexpf(1.0f, e);\n"
+                    "#pragma unroll\n"
+                    "  for (int k = 0; k < VEC; k++) v[k] = e4m3_round(v[k] * inv_scale) * scale;\n"
+                    "  if (mine) %s_n<VEC>(out, at, v);\n",
+                vec, lt, st);
     } else {
-      // One thread per (block of 32 rows, column): a warp reads 32 adjacent columns.
-      kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+      // A CUDA block per (block of 32 rows, chunk of up to 256 columns), a thread per column:
+      // a warp reads 32 adjacent columns of a row, and each thread's 32 values are read once,
+      // all loads in flight together, into registers. The grid counts (rows + 31) / 32 row
+      // blocks of CHUNKS blocks; the few past the last row block return. (A thread per block
+      // and column over a flat index ran 1.6x slower on the H200; a block per row block
+      // alone left a 512-row, 4864-column operand 16 blocks: docs/perf.md.)
+      int64_t threads = cols < 256 ? (cols + 31) / 32 * 32 : 256;
+      int64_t chunks = (cols + threads - 1) / threads;
+      kb_begin(&kb, L, node, name, sym_add(sym_scale(rows, chunks), sym_const(31 * chunks)), 32,
+               (int)threads);
       kb_scratch(&kb, dtype_ctype(type), "out", s, true);
       kb_tensor_in(&kb, "x", t);
       kb_size(&kb, "rows", rows);
-      // The block's 32 values are read once, all loads in flight together, into registers.
-      sb_printf(&b, "  i64 blk = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-                    "  i64 row_blocks = (rows + MX_BLOCK - 1) / MX_BLOCK;\n"
-                    "  if (blk >= row_blocks * COLS) return;\n"
-                    "  i64 first = (blk / COLS) * MX_BLOCK * COLS + blk %% COLS;\n"
-                    "  int count = (int)(rows - (blk / COLS) * MX_BLOCK);\n"
-                    "  if (count > MX_BLOCK) count = MX_BLOCK;\n"
+      sb_printf(&b, "  enum { CHUNKS = %lld };\n"
+                    "  const i64 row0 = (i64)(blockIdx.x / CHUNKS) * MX_BLOCK;\n"
+                    "  const int col = (int)(blockIdx.x %% CHUNKS) * blockDim.x + threadIdx.x;\n"
+                    "  if (row0 >= rows || col >= COLS) return;\n"
+                    "  const int count = rows - row0 < MX_BLOCK ? (int)(rows - row0) : MX_BLOCK;\n"
+                    "  const i64 first = row0 * COLS + col;\n"
                     "  float v[MX_BLOCK], amax = 0.0f;\n"
                     "#pragma unroll\n"
                     "  for (int k = 0; k < MX_BLOCK; k++) v[k] = k < count ? %s(x, first + k * COLS) : 0.0f;\n"
@@ -117,7 +134,7 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
                     "#pragma unroll\n"
                     "  for (int k = 0; k < MX_BLOCK; k++)\n"
                     "    if (k < count) %s(out, first + k * COLS, e4m3_round(v[k] * inv_scale) * scale);\n",
-                lt, st);
+                (long long)chunks, lt, st);
     }
     kb_end(&kb, b.data);
     sb_free(&b);

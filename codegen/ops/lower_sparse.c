@@ -20,7 +20,7 @@
 // table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
 // HOT_OCCURRENCES or more occurrences each at the largest batch, and a hot row's run longer
 // than SPLIT_MIN is summed in parallel parts.
-enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8 };
+enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264 };
 static bool lower_embed(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -122,6 +122,202 @@ static void emit_run_sum(StrBuf *b, const char *in, const char *lo, const char *
                "%s}\n"
                "%sfor (; e < %s; e++) g += value(sorted[begin + e]);\n",
             in, lo, in, hi, in, in, in, in, in, in, in, hi);
+}
+
+// The warp variant's `values(occ, v)`: occurrence occ's gradient in columns c0 .. c0 + VEC - 1,
+// one vector load from its lookup's dy row; and g[] += the whole run, in occurrence order, the
+// loads of AHEAD occurrences issued before their adds.
+static void emit_values_run_sum(StrBuf *b, const Ir *ir, const Node *n, int npairs) {
+  sb_puts(b, "    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.\n"
+             "    auto values = [&](i64 occ, float *v) {\n");
+  for (int k = 0; k < npairs; k++)
+    sb_printf(b, "      if (occ < n%d) return %s_n<VEC>(dy%d, occ * DIM + c0, v);\n      occ -= n%d;\n",
+              k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
+  sb_puts(b, "      for (int j = 0; j < VEC; j++) v[j] = 0.0f;\n"
+             "    };\n"
+             "    float g[VEC] = {};\n"
+             "    int e = 0;\n"
+             "    for (; e + AHEAD <= count; e += AHEAD) {\n"
+             "      int at[AHEAD];\n"
+             "      float v[AHEAD][VEC];\n"
+             "#pragma unroll\n"
+             "      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
+             "#pragma unroll\n"
+             "      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);\n"
+             "#pragma unroll\n"
+             "      for (int u = 0; u < AHEAD; u++)\n"
+             "#pragma unroll\n"
+             "        for (int j = 0; j < VEC; j++) g[j] += v[u][j];\n"
+             "    }\n"
+             "    for (; e < count; e++) {\n"
+             "      float v[VEC];\n"
+             "      values(sorted[begin + e], v);\n"
+             "#pragma unroll\n"
+             "      for (int j = 0; j < VEC; j++) g[j] += v[j];\n"
+             "    }\n");
+}
+
+// What table_grad_apply's emitters need to know.
+typedef struct ApplyKernel {
+  const Ir *ir;
+  const Node *n;
+  int npairs;
+  int64_t dim, gcols;
+  int parts;  // the block variant's groups: parallel parts of a long run
+  bool warp;  // the kernel of a warp per id (else a block per id)
+} ApplyKernel;
+
+// The parameters both apply kernels share, in this order.
+static void apply_args(KernelBuilder *kb, const ApplyKernel *k, int rows_grad, int table,
+                       OptimKind optim, int sorted, int dbegin, int dcount, SymSize occ) {
+  kb->launch->optimizer = false;
+  kb_tensor_out(kb, "rows_grad", rows_grad);
+  kb_tensor_out(kb, "table", table);
+  if (optim == OPTIM_ROWWISE_ADAGRAD) kb_optstate(kb, "rowsum", table, 0);
+  kb_scratch(kb, "int", "sorted", sorted, false);
+  kb_scratch(kb, "int", "distinct_begin", dbegin, false);
+  kb_scratch(kb, "int", "distinct_count", dcount, false);
+  for (int p = 0; p < k->npairs; p++) {
+    char name[32];
+    snprintf(name, sizeof name, "dy%d", p);
+    kb_tensor_in(kb, name, k->n->ins[2 + 2 * p]);
+    snprintf(name, sizeof name, "n%d", p);
+    kb_size(kb, name, tensor_rows(k->ir, k->n->ins[1 + 2 * p]));
+  }
+  kb_size(kb, "max_distinct", occ);
+}
+
+// The optimizer's row update after the sum, indented by `in`; its column loop walks the
+// columns as the sum did, so that each thread reads back the grad it wrote.
+static void emit_row_update(StrBuf *b, const ApplyKernel *k, const Tensor *tt, const char *in) {
+  const char *lt = dtype_load(tt->dtype), *st = dtype_store(tt->dtype);
+  char cols[300];
+  if (k->warp)
+    snprintf(cols, sizeof cols, "%sfor (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)\n"
+                                "%s  for (int col = c0; col < c0 + VEC; col++)\n%s    ", in, in, in);
+  else
+    snprintf(cols, sizeof cols, "%sfor (int col = threadIdx.x; col < DIM; col += blockDim.x)\n%s  ", in, in);
+  Optim o = tt->optim;
+  switch (o.kind) {
+    case OPTIM_ROWWISE_ADAGRAD:
+      if (k->warp)
+        sb_printf(b, "%ssum_sq = warp_sum(sum_sq);\n"
+                     "%sfloat state = (float)(rowsum[row] + sum_sq / DIM);\n"
+                     "%s__syncwarp();  // every lane has read rowsum before it is written\n"
+                     "%sif (lane == 0) rowsum[row] = state;\n", in, in, in, in);
+      else
+        sb_printf(b, "%ssum_sq = block_sum(sum_sq, partial);\n"
+                     "%sfloat state = (float)(rowsum[row] + sum_sq / DIM);\n"
+                     "%s__syncthreads();\n"
+                     "%sif (threadIdx.x == 0) rowsum[row] = state;\n", in, in, in, in);
+      sb_printf(b, "%sdouble step = %s / (sqrt((double)state) + %s);\n"
+                   "%s%s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - step * grad[col]));\n",
+                in, num(o.lr).s, num(o.eps).s, cols, st, lt);
+      break;
+    case OPTIM_SGD:
+      sb_printf(b, "%s%s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - %s * grad[col]));\n",
+                cols, st, lt, num(o.lr).s);
+      break;
+    default:
+      sb_printf(b, "%s(void)table; (void)sum_sq;  // a frozen table\n", in);
+      break;
+  }
+}
+
+// A warp per distinct id, lanes over the columns, so that a block holds APPLY_WARPS ids and an
+// SM many more than with a block per id. Each lane owns VEC adjacent columns (one vector load
+// an occurrence), so that a run is walked once per DIM / (32 VEC) column passes: once for
+// DIM = 256. Each column sums its run in occurrence order (the CPU's bits). A run longer than
+// SPLIT_MIN goes on the long list for table_grad_apply_long.
+static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
+  int vec = 8;
+  while (vec > 1 && (k->dim % vec != 0 || 32 * vec > k->dim)) vec /= 2;
+  sb_printf(b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d, VEC = %d, SPLIT_MIN = %d };\n"
+               "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
+               "  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;\n"
+               "  const int lane = (int)(threadIdx.x %% WARP_SIZE);\n"
+               "  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block\n"
+               "  i64 row = header[1 + d];\n"
+               "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
+               "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+               "  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it\n"
+               "    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;\n"
+               "    return;\n"
+               "  }\n"
+               "  double sum_sq = 0.0;\n"
+               "  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {\n",
+            (long long)k->dim, APPLY_WARPS, APPLY_AHEAD, vec, SPLIT_MIN);
+  emit_values_run_sum(b, k->ir, k->n, k->npairs);
+  sb_puts(b, "#pragma unroll\n"
+             "    for (int j = 0; j < VEC; j++) {\n"
+             "      grad[c0 + j] = g[j];\n"
+             "      sum_sq += (double)g[j] * g[j];\n"
+             "    }\n"
+             "  }\n");
+  emit_row_update(b, k, tt, "  ");
+}
+
+// A block per distinct id (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN is
+// summed in GROUPS contiguous parts added in order. from_list: the ids are the long list's,
+// LONG_BLOCKS blocks taking every LONG_BLOCKS-th; else block d takes distinct id d.
+static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, bool from_list) {
+  sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
+               "  __shared__ double partial[WARP_SIZE];\n"
+               "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
+               "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
+               "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n",
+            (long long)k->dim, (long long)k->gcols, k->parts, SPLIT_MIN, APPLY_AHEAD);
+  if (from_list)
+    sb_puts(b, "  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {\n"
+               "    i64 d = long_runs[li];\n");
+  else
+    sb_puts(b, "  i64 d = blockIdx.x;\n"
+               "  if (d >= header[0]) return;\n");
+  StrBuf body = {0};
+  sb_puts(&body, "  i64 row = header[1 + d];\n"
+                 "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
+                 "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+                 "  // This group's part of the run: all of it for group 0 when the run is short.\n"
+                 "  const bool split = GROUPS > 1 && count > SPLIT_MIN;\n"
+                 "  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;\n"
+                 "  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;\n"
+                 "  double sum_sq = 0.0;\n"
+                 "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
+                 "    const int col = col0 + lane_col;\n");
+  emit_value_lambda(&body, k->ir, k->n, k->npairs);
+  sb_puts(&body, "    float g = 0.0f;\n"
+                 "    if (col < DIM) {\n");
+  emit_run_sum(&body, "      ", "lo", "hi");
+  sb_puts(&body, "    }\n"
+                 "    if (GROUPS > 1) {  // the parts, added in group order by group 0\n"
+                 "      part[group * GCOLS + lane_col] = g;\n"
+                 "      __syncthreads();\n"
+                 "      if (group == 0) {\n"
+                 "        g = 0.0f;\n"
+                 "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
+                 "      }\n"
+                 "      __syncthreads();\n"
+                 "    }\n"
+                 "    if (group == 0 && col < DIM) {\n"
+                 "      grad[col] = g;\n"
+                 "      sum_sq += (double)g * g;\n"
+                 "    }\n"
+                 "  }\n"
+                 "  __syncthreads();  // the row's gradient, written by group 0, is read below\n");
+  ApplyKernel block = *k;
+  block.warp = false;
+  emit_row_update(&body, &block, tt, "  ");
+  if (from_list) sb_puts(&body, "  __syncthreads();  // partial and part serve the next id\n");
+  // The per-id code, indented once more inside the long list's loop.
+  for (const char *line = body.data; line && *line;) {
+    const char *end = strchr(line, '\n');
+    size_t len = end ? (size_t)(end - line) : strlen(line);
+    if (from_list && line[0] != '#') sb_puts(b, "  ");
+    sb_printf(b, "%.*s\n", (int)len, line);
+    line = end ? end + 1 : line + len;
+  }
+  if (from_list) sb_puts(b, "  }\n");
+  sb_free(&body);
 }
 
 static bool lower_table_grad(Lower *L, int node) {
@@ -244,133 +440,64 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
 
-  // 7. one block per distinct id: sum its occurrences, write the row, apply the optimizer.
+  // 7. sum each distinct id's run, write the row, apply the optimizer.
   // A table whose rows take many occurrences each (a small one such as gem_small's 64-row
-  // `acts`, about 1,500 each) would leave one long chain of loads per row: its block splits a
-  // run longer than SPLIT_MIN into GROUPS contiguous parts summed in parallel, then adds the
-  // parts in order (deterministic; a run of at most SPLIT_MIN is summed in occurrence order as
-  // the CPU executor does, the same bits). Other tables get a block of about DIM threads.
+  // `acts`, about 1,500 each) gets a block per id that splits a run longer than SPLIT_MIN into
+  // GROUPS contiguous parts summed in parallel, then adds the parts in order (deterministic; a
+  // run of at most SPLIT_MIN is summed in occurrence order as the CPU executor does, the same
+  // bits). Other tables get a warp per id; a run longer than SPLIT_MIN there (a popular item of
+  // a large table) is put on a list instead, and a second kernel of LONG_BLOCKS blocks sums
+  // those runs as the hot table's blocks do: one warp walking a run of thousands was most of
+  // the kernel's time (docs/perf.md).
   int64_t tmax[64];
   for (int j = 0; j < ir->njagged && j < 64; j++) tmax[j] = ir->batch * ir->jagged[j].max_len;
   int64_t occ_max = symsize_eval(occ, ir->batch, tmax);
   int64_t gcols = dim < 1024 ? (dim + 31) / 32 * 32 : 1024;
   bool hot = rows > 0 && occ_max / rows >= HOT_OCCURRENCES;
-  int groups = hot && gcols <= 512 ? (int)(1024 / gcols) : 1;
-  bool warp = groups == 1;  // a warp per distinct id, APPLY_WARPS ids a block
-  int threads = warp ? APPLY_WARPS * 32 : (int)gcols * groups;
+  int parts = gcols <= 512 ? (int)(1024 / gcols) : 1;  // a block's groups for long runs
+  bool warp = !hot || parts == 1;  // a warp per distinct id, APPLY_WARPS ids a block
+  ApplyKernel k = {ir, n, npairs, dim, gcols, parts, warp};
+  int long_list = -1, long_count = -1;
+  if (warp) {
+    snprintf(sname, sizeof sname, "%s.grad.long_runs", tn);
+    long_list = lower_new_scratch(L, sname, sym_scale(occ, 4));
+    snprintf(sname, sizeof sname, "%s.grad.long_count", tn);
+    long_count = lower_new_scratch(L, sname, sym_const(8));
+    Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
+    z->zero_arg = (LaunchArg){.kind = ARG_SCRATCH, .tensor = -1, .slot = long_count, .jag = -1,
+                              .tiles = -1};
+    z->zero_bytes = sym_const(8);
+  }
   Optim o = tt->optim;
-  snprintf(name, sizeof name, "table_grad_apply_%s", id);
   char what[200];
-  snprintf(what, sizeof what, "sum per distinct id%s, then %s", groups > 1 ? " (in parts)" : "",
+  snprintf(name, sizeof name, "table_grad_apply_%s", id);
+  snprintf(what, sizeof what, "sum per distinct id%s, then %s",
+           warp ? " (runs longer than SPLIT_MIN listed)" : " (in parts)", optim_name(o.kind));
+  lower_comment(L, node, what);
+  kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1, warp ? APPLY_WARPS * 32 : (int)gcols * parts);
+  apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, dcount, occ);
+  if (warp) {
+    kb_scratch(&kb, "int", "long_runs", long_list, true);
+    kb_scratch(&kb, "unsigned", "long_count", long_count, true);
+  }
+  b = (StrBuf){0};
+  if (warp) emit_warp_apply(&b, &k, tt);
+  else emit_block_apply(&b, &k, tt, false);
+  kb_end(&kb, b.data);
+  sb_free(&b);
+  if (!warp) return true;
+
+  // 8. the listed long runs: LONG_BLOCKS blocks, each taking ids c, c + LONG_BLOCKS, ...
+  snprintf(name, sizeof name, "table_grad_apply_long_%s", id);
+  snprintf(what, sizeof what, "the runs longer than SPLIT_MIN: summed in parts, then %s",
            optim_name(o.kind));
   lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1, threads);
-  kb.launch->optimizer = false;
-  kb_tensor_out(&kb, "rows_grad", n->out);
-  kb_tensor_out(&kb, "table", table);
-  if (o.kind == OPTIM_ROWWISE_ADAGRAD) kb_optstate(&kb, "rowsum", table, 0);
-  kb_scratch(&kb, "int", "sorted", sorted, false);
-  kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
-  kb_scratch(&kb, "int", "distinct_count", dcount, false);
-  for (int k = 0; k < npairs; k++) {
-    char p[32];
-    snprintf(p, sizeof p, "dy%d", k);
-    kb_tensor_in(&kb, p, n->ins[2 + 2 * k]);
-    snprintf(p, sizeof p, "n%d", k);
-    kb_size(&kb, p, tensor_rows(ir, n->ins[1 + 2 * k]));
-  }
-  kb_size(&kb, "max_distinct", occ);
+  kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, (int)gcols * parts);
+  apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, dcount, occ);
+  kb_scratch(&kb, "int", "long_runs", long_list, false);
+  kb_scratch(&kb, "unsigned", "long_count", long_count, false);
   b = (StrBuf){0};
-  if (warp) {
-    // Few occurrences per id (a large table): a warp per id, lanes over the columns, so that
-    // a block holds APPLY_WARPS ids and an SM many more than with a block per id. Each column
-    // sums its run in occurrence order (the CPU's bits).
-    sb_printf(&b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d };\n"
-                  "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
-                  "  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;\n"
-                  "  const int lane = (int)(threadIdx.x %% WARP_SIZE);\n"
-                  "  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block\n"
-                  "  i64 row = header[1 + d];\n"
-                  "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
-                  "  int begin = distinct_begin[d], count = distinct_count[d];\n"
-                  "  double sum_sq = 0.0;\n"
-                  "  for (int col = lane; col < DIM; col += WARP_SIZE) {\n",
-              (long long)dim, APPLY_WARPS, APPLY_AHEAD);
-    emit_value_lambda(&b, ir, n, npairs);
-    sb_puts(&b, "    float g = 0.0f;\n");
-    emit_run_sum(&b, "    ", "0", "count");
-    sb_puts(&b, "    grad[col] = g;\n"
-                "    sum_sq += (double)g * g;\n"
-                "  }\n");
-  } else {
-  sb_printf(&b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
-                "  __shared__ double partial[WARP_SIZE];\n"
-                "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
-                "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
-                "  i64 d = blockIdx.x;\n"
-                "  if (d >= header[0]) return;\n"
-                "  i64 row = header[1 + d];\n"
-                "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
-                "  int begin = distinct_begin[d], count = distinct_count[d];\n"
-                "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n"
-                "  // This group's part of the run: all of it for group 0 when the run is short.\n"
-                "  const bool split = GROUPS > 1 && count > SPLIT_MIN;\n"
-                "  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;\n"
-                "  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;\n"
-                "  double sum_sq = 0.0;\n"
-                "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
-                "    const int col = col0 + lane_col;\n",
-            (long long)dim, (long long)gcols, groups, SPLIT_MIN, APPLY_AHEAD);
-  emit_value_lambda(&b, ir, n, npairs);
-  sb_puts(&b, "    float g = 0.0f;\n"
-              "    if (col < DIM) {\n");
-  emit_run_sum(&b, "      ", "lo", "hi");
-  sb_puts(&b, "    }\n"
-              "    if (GROUPS > 1) {  // the parts, added in group order by group 0\n"
-              "      part[group * GCOLS + lane_col] = g;\n"
-              "      __syncthreads();\n"
-              "      if (group == 0) {\n"
-              "        g = 0.0f;\n"
-              "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
-              "      }\n"
-              "      __syncthreads();\n"
-              "    }\n"
-              "    if (group == 0 && col < DIM) {\n"
-              "      grad[col] = g;\n"
-              "      sum_sq += (double)g * g;\n"
-              "    }\n"
-              "  }\n"
-              "  __syncthreads();  // the row's gradient, written by group 0, is read below\n");
-  }
-  const char *lt = dtype_load(tt->dtype), *st = dtype_store(tt->dtype);
-  switch (o.kind) {
-    case OPTIM_ROWWISE_ADAGRAD:
-      if (warp)
-        sb_puts(&b, "  sum_sq = warp_sum(sum_sq);\n"
-                    "  float state = (float)(rowsum[row] + sum_sq / DIM);\n"
-                    "  __syncwarp();  // every lane has read rowsum before it is written\n"
-                    "  if (lane == 0) rowsum[row] = state;\n");
-      else
-        sb_puts(&b, "  sum_sq = block_sum(sum_sq, partial);\n"
-                    "  float state = (float)(rowsum[row] + sum_sq / DIM);\n"
-                    "  __syncthreads();\n"
-                    "  if (threadIdx.x == 0) rowsum[row] = state;\n");
-      sb_printf(&b, "  double step = %s / (sqrt((double)state) + %s);\n"
-                    "  for (int col = %s; col < DIM; col += %s)\n"
-                    "    %s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - step * grad[col]));\n",
-                num(o.lr).s, num(o.eps).s, warp ? "lane" : "threadIdx.x",
-                warp ? "WARP_SIZE" : "blockDim.x", st, lt);
-      break;
-    case OPTIM_SGD:
-      sb_printf(&b, "  for (int col = %s; col < DIM; col += %s)\n"
-                    "    %s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - %s * grad[col]));\n",
-                warp ? "lane" : "threadIdx.x", warp ? "WARP_SIZE" : "blockDim.x", st, lt,
-                num(o.lr).s);
-      break;
-    default:
-      sb_puts(&b, "  (void)table; (void)sum_sq;  // a frozen table\n");
-      break;
-  }
+  emit_block_apply(&b, &k, tt, true);
   kb_end(&kb, b.data);
   sb_free(&b);
   return true;

@@ -23,6 +23,25 @@ inline float load_fp16(const fp16_t *p, i64 i) { return fp16_decode(p[i].bits); 
 inline void store_f32(float *p, i64 i, float x) { p[i] = x; }
 inline void store_bf16(bf16_t *p, i64 i, float x) { p[i] = bf16_encode(x); }
 inline void store_fp16(fp16_t *p, i64 i, float x) { p[i].bits = fp16_encode(x); }
+// load_*_n / store_*_n: N consecutive values (a vector access on the GPU when aligned).
+template <int N> inline void load_f32_n(const float *p, i64 i, float *v) {
+  for (int k = 0; k < N; k++) v[k] = load_f32(p, i + k);
+}
+template <int N> inline void load_bf16_n(const bf16_t *p, i64 i, float *v) {
+  for (int k = 0; k < N; k++) v[k] = load_bf16(p, i + k);
+}
+template <int N> inline void store_f32_n(float *p, i64 i, const float *v) {
+  for (int k = 0; k < N; k++) store_f32(p, i + k, v[k]);
+}
+template <int N> inline void store_bf16_n(bf16_t *p, i64 i, const float *v) {
+  for (int k = 0; k < N; k++) store_bf16(p, i + k, v[k]);
+}
+template <int N> inline void store_fp16_n(fp16_t *p, i64 i, const float *v) {
+  for (int k = 0; k < N; k++) store_fp16(p, i + k, v[k]);
+}
+template <int N> inline void load_fp16_n(const fp16_t *p, i64 i, float *v) {
+  for (int k = 0; k < N; k++) v[k] = load_fp16(p, i + k);
+}
 inline int mx_block_exponent(float amax) { return mxfp8_block_exponent(amax); }
 inline double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 inline double act_silu(double x) { return x * act_sigmoid(x); }

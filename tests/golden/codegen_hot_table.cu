@@ -7,7 +7,7 @@
 // standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
+// defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
 //          e4m3_round
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
@@ -47,6 +47,59 @@ __device__ __forceinline__ float load_fp16(const fp16_t *p, i64 i) { return fp16
 __device__ __forceinline__ void store_f32(float *p, i64 i, float x) { p[i] = x; }
 __device__ __forceinline__ void store_bf16(bf16_t *p, i64 i, float x) { p[i] = float_to_bf16(x); }
 __device__ __forceinline__ void store_fp16(fp16_t *p, i64 i, float x) { p[i] = float_to_fp16(x); }
+
+// N consecutive values p[i..i+N) as floats: one 4-, 8- or 16-byte load when p + i is aligned to
+// it (a row of a packed tensor whose width is a multiple of N), else N loads.
+template <int N>
+__device__ __forceinline__ void load_bf16_n(const bf16_t *p, i64 i, float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };  // one vector load of N bf16
+  const bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u = *(const Words *)q;
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(u.h[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(q[k]);
+  }
+}
+// p[i..i+N) = v as bf16: one vector store when aligned, as load_bf16_n.
+template <int N>
+__device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };
+  bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u;
+#pragma unroll
+    for (int k = 0; k < N; k++) u.h[k] = float_to_bf16(v[k]);
+    *(Words *)q = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = v[k];
+}
+template <int N>
+__device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = float_to_fp16(v[k]);
+}
+template <int N>
+__device__ __forceinline__ void load_f32_n(const float *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = p[i + k];
+}
+template <int N>
+__device__ __forceinline__ void load_fp16_n(const fp16_t *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = fp16_to_float(p[i + k]);
+}
 
 // --- fp8 (E4M3) -------------------------------------------------------------------------
 
@@ -171,7 +224,7 @@ __device__ __forceinline__ i64 example_of_row(const i64 *__restrict__ offsets, i
 
 #endif  // GEMC_PRELUDE_CUH
 
-// codegen_hot_table.gem:16:7 embed_pool sum (fwd)
+// codegen_hot_table.gem:19:7 embed_pool sum (fwd)
 //     h = embed(acts, history, pool = sum);
 extern "C" __global__ void __launch_bounds__(256)
 embed_pool_h(float *__restrict__ out,
@@ -179,7 +232,7 @@ embed_pool_h(float *__restrict__ out,
     const i64 *__restrict__ ids,
     const i64 *__restrict__ offsets,
     i64 n) {
-#line 16 "codegen_hot_table.gem"
+#line 19 "codegen_hot_table.gem"
   enum { DIM = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -188,9 +241,9 @@ embed_pool_h(float *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_f32(table, ids[p] * DIM + col);
   store_f32(out, i, acc);
 }
-#line 192 "model.cu"
+#line 245 "model.cu"
 
-// codegen_hot_table.gem:17:7 embed_pool mean (fwd)
+// codegen_hot_table.gem:20:7 embed_pool mean (fwd)
 //     k = embed(kind, clicks, pool = mean);
 extern "C" __global__ void __launch_bounds__(256)
 embed_pool_k(float *__restrict__ out,
@@ -198,7 +251,7 @@ embed_pool_k(float *__restrict__ out,
     const i64 *__restrict__ ids,
     const i64 *__restrict__ offsets,
     i64 n) {
-#line 17 "codegen_hot_table.gem"
+#line 20 "codegen_hot_table.gem"
   enum { DIM = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -207,63 +260,69 @@ embed_pool_k(float *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_f32(table, ids[p] * DIM + col);
   store_f32(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 211 "model.cu"
+#line 264 "model.cu"
 
-// codegen_hot_table.gem:18:7 embed sparse (fwd)
+// codegen_hot_table.gem:21:7 embed sparse (fwd)
 //     c = embed(acts, ad);
 extern "C" __global__ void __launch_bounds__(256)
 embed_c(float *__restrict__ out,
     const float *__restrict__ table,
     const i64 *__restrict__ ids,
     i64 n) {
-#line 18 "codegen_hot_table.gem"
+#line 21 "codegen_hot_table.gem"
   enum { DIM = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 227 "model.cu"
+#line 280 "model.cu"
 
-// codegen_hot_table.gem:19:11 concat fp32 (fwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:22:7 embed_pool sum (fwd)
+//     w = embed(wide, history, pool = sum);
+// launches embed_pool_h (the same kernel) with this op's arguments
+
+// codegen_hot_table.gem:23:11 concat fp32 (fwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 concat_y_concat0(float *__restrict__ out,
     const float *__restrict__ x0,
     const float *__restrict__ x1,
     const float *__restrict__ x2,
+    const float *__restrict__ x3,
     i64 n) {
-#line 19 "codegen_hot_table.gem"
-  enum { WIDTH = 144 };
+#line 23 "codegen_hot_table.gem"
+  enum { WIDTH = 192 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   i64 row = i / WIDTH, col = i % WIDTH;
   if (col < 48) { store_f32(out, i, load_f32(x0, row * 48 + col - 0)); return; }
   else if (col < 96) { store_f32(out, i, load_f32(x1, row * 48 + col - 48)); return; }
   else if (col < 144) { store_f32(out, i, load_f32(x2, row * 48 + col - 96)); return; }
+  else if (col < 192) { store_f32(out, i, load_f32(x3, row * 48 + col - 144)); return; }
 }
-#line 246 "model.cu"
+#line 305 "model.cu"
 
-// codegen_hot_table.gem:19:7 linear activation epilogue (fwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:7 linear activation epilogue (fwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 act_gelu_y_mlp0_l0(float *__restrict__ out,
     const float *__restrict__ pre,
     i64 n) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 258 "model.cu"
+#line 317 "model.cu"
 
-// codegen_hot_table.gem:20:8 bce mean over the batch, one block (fwd)
+// codegen_hot_table.gem:24:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
 extern "C" __global__ void __launch_bounds__(1024)
 bce_loss_bce0(float *__restrict__ loss,
     const float *__restrict__ logit,
     const float *__restrict__ label,
     i64 batch) {
-#line 20 "codegen_hot_table.gem"
+#line 24 "codegen_hot_table.gem"
   __shared__ double partial[WARP_SIZE];
   double acc = 0.0;
   for (i64 b = threadIdx.x; b < batch; b += blockDim.x) {
@@ -273,43 +332,43 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 277 "model.cu"
+#line 336 "model.cu"
 
-// codegen_hot_table.gem:20:8 loss_sum weighted sum of the terms (fwd)
+// codegen_hot_table.gem:24:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
 extern "C" __global__ void __launch_bounds__(32)
 loss_sum_loss(float *__restrict__ loss,
     const float *__restrict__ term0) {
-#line 20 "codegen_hot_table.gem"
+#line 24 "codegen_hot_table.gem"
   if (threadIdx.x != 0) return;
   double acc = 0.0;
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 290 "model.cu"
+#line 349 "model.cu"
 
-// codegen_hot_table.gem:20:8 bce_bwd the seed of the backward pass (bwd)
+// codegen_hot_table.gem:24:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
 extern "C" __global__ void __launch_bounds__(256)
 bce_bwd_y_grad(float *__restrict__ dz,
     const float *__restrict__ logit,
     const float *__restrict__ label,
     i64 n) {
-#line 20 "codegen_hot_table.gem"
+#line 24 "codegen_hot_table.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 305 "model.cu"
+#line 364 "model.cu"
 
-// codegen_hot_table.gem:19:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
     const float *__restrict__ x,
     i64 rows) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 1, TILES = 1, CHUNKS = 64, ROW_LANES = 8 };
   __shared__ double lane_sum[ROW_LANES][WARP_SIZE];
   i64 chunk = blockIdx.x / TILES, col = (blockIdx.x % TILES) * WARP_SIZE + threadIdx.x % WARP_SIZE;
@@ -327,14 +386,14 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 331 "model.cu"
+#line 390 "model.cu"
 
-// codegen_hot_table.gem:19:7 reduce_rows the column chunks added in order (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:7 reduce_rows the column chunks added in order (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
     const double *__restrict__ partial) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 1, CHUNKS = 64 };
   i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= WIDTH) return;
@@ -342,28 +401,28 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 346 "model.cu"
+#line 405 "model.cu"
 
-// codegen_hot_table.gem:19:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 act_grad_gelu_y_mlp0_l0_pre_grad(float *__restrict__ out,
     const float *__restrict__ dy,
     const float *__restrict__ pre,
     i64 n) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 359 "model.cu"
+#line 418 "model.cu"
 
-// codegen_hot_table.gem:19:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
     const float *__restrict__ x,
     i64 rows) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 16, TILES = 1, CHUNKS = 64, ROW_LANES = 8 };
   __shared__ double lane_sum[ROW_LANES][WARP_SIZE];
   i64 chunk = blockIdx.x / TILES, col = (blockIdx.x % TILES) * WARP_SIZE + threadIdx.x % WARP_SIZE;
@@ -381,14 +440,14 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 385 "model.cu"
+#line 444 "model.cu"
 
-// codegen_hot_table.gem:19:7 reduce_rows the column chunks added in order (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:7 reduce_rows the column chunks added in order (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
     const double *__restrict__ partial) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 16, CHUNKS = 64 };
   i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (col >= WIDTH) return;
@@ -396,81 +455,77 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 400 "model.cu"
+#line 459 "model.cu"
 
-// codegen_hot_table.gem:19:11 slice fp32 (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:11 slice fp32 (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 slice_h_grad(float *__restrict__ out,
     const float *__restrict__ x,
     i64 n) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   i64 row = i / WIDTH, col = i % WIDTH;
-  store_f32(out, i, load_f32(x, row * 144 + 0 + col));
+  store_f32(out, i, load_f32(x, row * 192 + 0 + col));
 }
-#line 415 "model.cu"
+#line 474 "model.cu"
 
-// codegen_hot_table.gem:19:11 slice fp32 (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:11 slice fp32 (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 slice_k_grad(float *__restrict__ out,
     const float *__restrict__ x,
     i64 n) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   i64 row = i / WIDTH, col = i % WIDTH;
-  store_f32(out, i, load_f32(x, row * 144 + 48 + col));
+  store_f32(out, i, load_f32(x, row * 192 + 48 + col));
 }
-#line 430 "model.cu"
+#line 489 "model.cu"
 
-// codegen_hot_table.gem:19:11 slice fp32 (bwd)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:23:11 slice fp32 (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 slice_c_grad(float *__restrict__ out,
     const float *__restrict__ x,
     i64 n) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   enum { WIDTH = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
   i64 row = i / WIDTH, col = i % WIDTH;
-  store_f32(out, i, load_f32(x, row * 144 + 96 + col));
+  store_f32(out, i, load_f32(x, row * 192 + 96 + col));
 }
-#line 445 "model.cu"
+#line 504 "model.cu"
 
-// codegen_hot_table.gem:17:7 embed_pool_bwd mean (bwd)
-//     k = embed(kind, clicks, pool = mean);
+// codegen_hot_table.gem:23:11 slice fp32 (bwd)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
-embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
-    const float *__restrict__ dy,
-    const i64 *__restrict__ offsets,
-    i64 batch,
+slice_w_grad(float *__restrict__ out,
+    const float *__restrict__ x,
     i64 n) {
-#line 17 "codegen_hot_table.gem"
-  enum { DIM = 48 };
+#line 23 "codegen_hot_table.gem"
+  enum { WIDTH = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  i64 row = i / DIM, col = i % DIM;
-  i64 b = example_of_row(offsets, batch, row);
-  float g = load_f32(dy, b * DIM + col);
-  store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
+  i64 row = i / WIDTH, col = i % WIDTH;
+  store_f32(out, i, load_f32(x, row * 192 + 144 + col));
 }
-#line 464 "model.cu"
+#line 519 "model.cu"
 
-// codegen_hot_table.gem:16:7 embed_pool_bwd sum (bwd)
-//     h = embed(acts, history, pool = sum);
+// codegen_hot_table.gem:22:7 embed_pool_bwd sum (bwd)
+//     w = embed(wide, history, pool = sum);
 extern "C" __global__ void __launch_bounds__(256)
-embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
+embed_pool_bwd_w_grad_per_id(float *__restrict__ out,
     const float *__restrict__ dy,
     const i64 *__restrict__ offsets,
     i64 batch,
     i64 n) {
-#line 16 "codegen_hot_table.gem"
+#line 22 "codegen_hot_table.gem"
   enum { DIM = 48 };
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -479,7 +534,30 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
   float g = load_f32(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 483 "model.cu"
+#line 538 "model.cu"
+
+// codegen_hot_table.gem:20:7 embed_pool_bwd mean (bwd)
+//     k = embed(kind, clicks, pool = mean);
+extern "C" __global__ void __launch_bounds__(256)
+embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
+    const float *__restrict__ dy,
+    const i64 *__restrict__ offsets,
+    i64 batch,
+    i64 n) {
+#line 20 "codegen_hot_table.gem"
+  enum { DIM = 48 };
+  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  i64 row = i / DIM, col = i % DIM;
+  i64 b = example_of_row(offsets, batch, row);
+  float g = load_f32(dy, b * DIM + col);
+  store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
+}
+#line 557 "model.cu"
+
+// codegen_hot_table.gem:19:7 embed_pool_bwd sum (bwd)
+//     h = embed(acts, history, pool = sum);
+// launches embed_pool_bwd_w_grad_per_id (the same kernel) with this op's arguments
 
 // --- table gradients: grouping ids by integer passes (kernels/table_grad.cuh) ---
 // table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics, in
@@ -623,7 +701,7 @@ table_grad_runs_length(int *__restrict__ distinct_count, const int *__restrict__
   distinct_count[r] = (int)(end - distinct_begin[r]);
 }
 
-// codegen_hot_table.gem:13:3 table_grad gather the ids of every lookup and their positions (bwd)
+// codegen_hot_table.gem:15:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_gather_acts(i64 *__restrict__ keys,
@@ -632,16 +710,16 @@ table_grad_gather_acts(i64 *__restrict__ keys,
     i64 n0,
     const i64 *__restrict__ ids1,
     i64 n1) {
-#line 13 "codegen_hot_table.gem"
+#line 15 "codegen_hot_table.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 643 "model.cu"
+#line 721 "model.cu"
 
-// codegen_hot_table.gem:13:3 table_grad sum per distinct id (in parts), then rowwise_adagrad (bwd)
+// codegen_hot_table.gem:15:3 table_grad sum per distinct id (in parts), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_acts(float *__restrict__ rows_grad,
@@ -655,17 +733,17 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
     const float *__restrict__ dy1,
     i64 n1,
     i64 max_distinct) {
-#line 13 "codegen_hot_table.gem"
+#line 15 "codegen_hot_table.gem"
   enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
   i64 d = blockIdx.x;
   if (d >= header[0]) return;
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
   // This group's part of the run: all of it for group 0 when the run is short.
   const bool split = GROUPS > 1 && count > SPLIT_MIN;
   const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
@@ -719,23 +797,23 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 723 "model.cu"
+#line 801 "model.cu"
 
-// codegen_hot_table.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
+// codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_gather_kind(i64 *__restrict__ keys,
     int *__restrict__ vals,
     const i64 *__restrict__ ids0,
     i64 n0) {
-#line 14 "codegen_hot_table.gem"
+#line 16 "codegen_hot_table.gem"
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 737 "model.cu"
+#line 815 "model.cu"
 
-// codegen_hot_table.gem:14:3 table_grad sum per distinct id (in parts), then sgd (bwd)
+// codegen_hot_table.gem:16:3 table_grad sum per distinct id (in parts), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_kind(float *__restrict__ rows_grad,
@@ -746,17 +824,17 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
     const float *__restrict__ dy0,
     i64 n0,
     i64 max_distinct) {
-#line 14 "codegen_hot_table.gem"
+#line 16 "codegen_hot_table.gem"
   enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
   i64 d = blockIdx.x;
   if (d >= header[0]) return;
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
   // This group's part of the run: all of it for group 0 when the run is short.
   const bool split = GROUPS > 1 && count > SPLIT_MIN;
   const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
@@ -803,10 +881,166 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 807 "model.cu"
+#line 885 "model.cu"
 
-// codegen_hot_table.gem:19:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
-//     y = mlp(concat(h, k, c), [16, 1], act = gelu);
+// codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
+//     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
+// launches table_grad_gather_kind (the same kernel) with this op's arguments
+
+// codegen_hot_table.gem:17:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
+//     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
+extern "C" __global__ void __launch_bounds__(256)
+table_grad_apply_wide(float *__restrict__ rows_grad,
+    float *__restrict__ table,
+    float *__restrict__ rowsum,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    i64 max_distinct,
+    int *__restrict__ long_runs,
+    unsigned *__restrict__ long_count) {
+#line 17 "codegen_hot_table.gem"
+  enum { DIM = 48, IDS = 8, AHEAD = 8, VEC = 1, SPLIT_MIN = 64 };
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
+  const int lane = (int)(threadIdx.x % WARP_SIZE);
+  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block
+  i64 row = header[1 + d];
+  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+  int begin = distinct_begin[d], count = distinct_count[d];
+  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
+    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    return;
+  }
+  double sum_sq = 0.0;
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+    auto values = [&](i64 occ, float *v) {
+      if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
+      occ -= n0;
+      for (int j = 0; j < VEC; j++) v[j] = 0.0f;
+    };
+    float g[VEC] = {};
+    int e = 0;
+    for (; e + AHEAD <= count; e += AHEAD) {
+      int at[AHEAD];
+      float v[AHEAD][VEC];
+#pragma unroll
+      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+#pragma unroll
+      for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
+    }
+    for (; e < count; e++) {
+      float v[VEC];
+      values(sorted[begin + e], v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) g[j] += v[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      grad[c0 + j] = g[j];
+      sum_sq += (double)g[j] * g[j];
+    }
+  }
+  sum_sq = warp_sum(sum_sq);
+  float state = (float)(rowsum[row] + sum_sq / DIM);
+  __syncwarp();  // every lane has read rowsum before it is written
+  if (lane == 0) rowsum[row] = state;
+  double step = 0.05 / (sqrt((double)state) + 1e-08);
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
+    for (int col = c0; col < c0 + VEC; col++)
+      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
+}
+#line 961 "model.cu"
+
+// codegen_hot_table.gem:17:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+//     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_apply_long_wide(float *__restrict__ rows_grad,
+    float *__restrict__ table,
+    float *__restrict__ rowsum,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    i64 max_distinct,
+    const int *__restrict__ long_runs,
+    const unsigned *__restrict__ long_count) {
+#line 17 "codegen_hot_table.gem"
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+    i64 d = long_runs[li];
+    i64 row = header[1 + d];
+    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+    int begin = distinct_begin[d], count = distinct_count[d];
+    // This group's part of the run: all of it for group 0 when the run is short.
+    const bool split = GROUPS > 1 && count > SPLIT_MIN;
+    const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+    const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
+    double sum_sq = 0.0;
+    for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+      const int col = col0 + lane_col;
+      // The occurrence's gradient value in column col: its lookup's dy row.
+      auto value = [&](i64 occ) -> float {
+        if (occ < n0) return load_f32(dy0, occ * DIM + col);
+        occ -= n0;
+        return 0.0f;
+      };
+      float g = 0.0f;
+      if (col < DIM) {
+        int e = lo;
+        for (; e + AHEAD <= hi; e += AHEAD) {
+          int at[AHEAD];
+          float v[AHEAD];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) g += v[u];
+        }
+        for (; e < hi; e++) g += value(sorted[begin + e]);
+      }
+      if (GROUPS > 1) {  // the parts, added in group order by group 0
+        part[group * GCOLS + lane_col] = g;
+        __syncthreads();
+        if (group == 0) {
+          g = 0.0f;
+          for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+        }
+        __syncthreads();
+      }
+      if (group == 0 && col < DIM) {
+        grad[col] = g;
+        sum_sq += (double)g * g;
+      }
+    }
+    __syncthreads();  // the row's gradient, written by group 0, is read below
+    sum_sq = block_sum(sum_sq, partial);
+    float state = (float)(rowsum[row] + sum_sq / DIM);
+    __syncthreads();
+    if (threadIdx.x == 0) rowsum[row] = state;
+    double step = 0.05 / (sqrt((double)state) + 1e-08);
+    for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
+    __syncthreads();  // partial and part serve the next id
+  }
+}
+#line 1041 "model.cu"
+
+// codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
+//     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
 extern "C" __global__ void __launch_bounds__(256)
 adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
     float *__restrict__ m0,
@@ -825,25 +1059,25 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
     float *__restrict__ v3,
     const float *__restrict__ g3,
     i64 step) {
-#line 19 "codegen_hot_table.gem"
+#line 23 "codegen_hot_table.gem"
   const i64 blk = blockIdx.x;
   float *w, *m, *v;
   const float *g;
   i64 n, i;
-  if (blk < 9) {  // @y.mlp0.l0.w
-    w = w0, g = g0, n = 2304, i = (blk - 0) * blockDim.x + threadIdx.x;
+  if (blk < 12) {  // @y.mlp0.l0.w
+    w = w0, g = g0, n = 3072, i = (blk - 0) * blockDim.x + threadIdx.x;
     m = m0, v = v0;
   }
-  else if (blk < 10) {  // @y.mlp0.l0.b
-    w = w1, g = g1, n = 16, i = (blk - 9) * blockDim.x + threadIdx.x;
+  else if (blk < 13) {  // @y.mlp0.l0.b
+    w = w1, g = g1, n = 16, i = (blk - 12) * blockDim.x + threadIdx.x;
     m = m1, v = v1;
   }
-  else if (blk < 11) {  // @y.mlp0.l1.w
-    w = w2, g = g2, n = 16, i = (blk - 10) * blockDim.x + threadIdx.x;
+  else if (blk < 14) {  // @y.mlp0.l1.w
+    w = w2, g = g2, n = 16, i = (blk - 13) * blockDim.x + threadIdx.x;
     m = m2, v = v2;
   }
-  else if (blk < 12) {  // @y.mlp0.l1.b
-    w = w3, g = g3, n = 1, i = (blk - 11) * blockDim.x + threadIdx.x;
+  else if (blk < 15) {  // @y.mlp0.l1.b
+    w = w3, g = g3, n = 1, i = (blk - 14) * blockDim.x + threadIdx.x;
     m = m3, v = v3;
   }
   else return;
@@ -858,4 +1092,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 862 "model.cu"
+#line 1096 "model.cu"

@@ -7,7 +7,7 @@
 // standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
+// defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
 //          e4m3_round
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
@@ -47,6 +47,59 @@ __device__ __forceinline__ float load_fp16(const fp16_t *p, i64 i) { return fp16
 __device__ __forceinline__ void store_f32(float *p, i64 i, float x) { p[i] = x; }
 __device__ __forceinline__ void store_bf16(bf16_t *p, i64 i, float x) { p[i] = float_to_bf16(x); }
 __device__ __forceinline__ void store_fp16(fp16_t *p, i64 i, float x) { p[i] = float_to_fp16(x); }
+
+// N consecutive values p[i..i+N) as floats: one 4-, 8- or 16-byte load when p + i is aligned to
+// it (a row of a packed tensor whose width is a multiple of N), else N loads.
+template <int N>
+__device__ __forceinline__ void load_bf16_n(const bf16_t *p, i64 i, float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };  // one vector load of N bf16
+  const bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u = *(const Words *)q;
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(u.h[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(q[k]);
+  }
+}
+// p[i..i+N) = v as bf16: one vector store when aligned, as load_bf16_n.
+template <int N>
+__device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };
+  bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u;
+#pragma unroll
+    for (int k = 0; k < N; k++) u.h[k] = float_to_bf16(v[k]);
+    *(Words *)q = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = v[k];
+}
+template <int N>
+__device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = float_to_fp16(v[k]);
+}
+template <int N>
+__device__ __forceinline__ void load_f32_n(const float *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = p[i + k];
+}
+template <int N>
+__device__ __forceinline__ void load_fp16_n(const fp16_t *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = fp16_to_float(p[i + k]);
+}
 
 // --- fp8 (E4M3) -------------------------------------------------------------------------
 
@@ -188,7 +241,7 @@ embed_pool_h(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, acc);
 }
-#line 192 "model.cu"
+#line 245 "model.cu"
 
 // codegen_small.gem:17:7 embed sparse (fwd)
 //     a = embed(items, ad);
@@ -204,7 +257,7 @@ embed_a(bf16_t *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_bf16(out, i, load_bf16(table, ids[row] * DIM + col));
 }
-#line 208 "model.cu"
+#line 261 "model.cu"
 
 // codegen_small.gem:18:7 embed_pool mean (fwd)
 //     t = embed(tagt, tags, pool = mean);
@@ -223,7 +276,7 @@ embed_pool_t(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 227 "model.cu"
+#line 280 "model.cu"
 
 // codegen_small.gem:19:7 linear x operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -235,7 +288,7 @@ cast_u_x_bf16(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, load_f32(x, i));
 }
-#line 239 "model.cu"
+#line 292 "model.cu"
 
 // codegen_small.gem:19:7 linear w operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -253,7 +306,7 @@ add_r_add0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) + load_bf16(b, i));
 }
-#line 257 "model.cu"
+#line 310 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm eps=1e-06, with the residual add at 20:7 fused in (fwd)
 //     n = rmsnorm(r);
@@ -280,7 +333,7 @@ add_rmsnorm_n(bf16_t *__restrict__ y,
   for (int j = lane; j < WIDTH; j += WARP_SIZE)
     store_bf16(y, row * WIDTH + j, (float)((double)load_bf16(sum, row * WIDTH + j) * inv_rms * load_f32(gain, j)));
 }
-#line 284 "model.cu"
+#line 337 "model.cu"
 
 // codegen_small.gem:22:12 mul then act silu, fused (fwd)
 //     g = silu(u * n);
@@ -297,7 +350,7 @@ mul_act_g(bf16_t *__restrict__ y,
   float stored = load_bf16(out, i);  // the act reads what its input holds
   store_bf16(y, i, (float)act_silu((double)stored));
 }
-#line 301 "model.cu"
+#line 354 "model.cu"
 
 // codegen_small.gem:23:17 sub bf16 (fwd)
 //     l = layernorm(a - g);
@@ -311,7 +364,7 @@ sub_l_sub0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) - load_bf16(b, i));
 }
-#line 315 "model.cu"
+#line 368 "model.cu"
 
 // codegen_small.gem:23:7 layernorm eps=1e-05 (fwd)
 //     l = layernorm(a - g);
@@ -335,7 +388,7 @@ layernorm_l(bf16_t *__restrict__ y,
     store_bf16(y, row * WIDTH + j,
         (float)(((double)load_bf16(x, row * WIDTH + j) - mean) * inv_std * load_f32(gain, j) + load_f32(bias, j)));
 }
-#line 339 "model.cu"
+#line 392 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact bf16 (fwd)
 //     i = dot_interact(a, t, l);
@@ -357,7 +410,7 @@ dot_interact_i(bf16_t *__restrict__ out,
   else if (pair == 2) for (int k = 0; k < DIM; k++) acc += load_bf16(x1, b * DIM + k) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 361 "model.cu"
+#line 414 "model.cu"
 
 // codegen_small.gem:25:11 concat bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -374,7 +427,7 @@ concat_y_concat0(bf16_t *__restrict__ out,
   if (col < 16) { store_bf16(out, i, load_bf16(x0, row * 16 + col - 0)); return; }
   else if (col < 19) { store_bf16(out, i, load_bf16(x1, row * 3 + col - 16)); return; }
 }
-#line 378 "model.cu"
+#line 431 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -390,7 +443,7 @@ act_gelu_y_mlp0_l0(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 394 "model.cu"
+#line 447 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -413,7 +466,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 417 "model.cu"
+#line 470 "model.cu"
 
 // codegen_small.gem:26:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -426,7 +479,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 430 "model.cu"
+#line 483 "model.cu"
 
 // codegen_small.gem:26:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -441,7 +494,7 @@ bce_bwd_y_grad(bf16_t *__restrict__ dz,
   double z = load_bf16(logit, i), y = load_f32(label, i);
   store_bf16(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 445 "model.cu"
+#line 498 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -471,7 +524,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 475 "model.cu"
+#line 528 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -486,7 +539,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 490 "model.cu"
+#line 543 "model.cu"
 
 // codegen_small.gem:25:7 linear_act_bwd w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -503,7 +556,7 @@ act_grad_gelu_y_mlp0_l0_pre_grad(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 507 "model.cu"
+#line 560 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -533,7 +586,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 537 "model.cu"
+#line 590 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -548,7 +601,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 552 "model.cu"
+#line 605 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -563,7 +616,7 @@ slice_l_grad_1(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 0 + col));
 }
-#line 567 "model.cu"
+#line 620 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -578,7 +631,7 @@ slice_i_grad(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 16 + col));
 }
-#line 582 "model.cu"
+#line 635 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 0 (bwd)
 //     i = dot_interact(a, t, l);
@@ -599,7 +652,7 @@ dot_interact_bwd_a_grad_2(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 1) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 603 "model.cu"
+#line 656 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 1 (bwd)
 //     i = dot_interact(a, t, l);
@@ -620,7 +673,7 @@ dot_interact_bwd_t_grad_1(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 624 "model.cu"
+#line 677 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 2 (bwd)
 //     i = dot_interact(a, t, l);
@@ -641,7 +694,7 @@ dot_interact_bwd_l_grad_0(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x1, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 645 "model.cu"
+#line 698 "model.cu"
 
 // codegen_small.gem:23:7 add bf16 (bwd)
 //     l = layernorm(a - g);
@@ -679,7 +732,7 @@ layernorm_bwd_x_l_sub0_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)((g - mean_g - xhat * mean_gx) / sigma));
   }
 }
-#line 683 "model.cu"
+#line 736 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain row statistics (bwd)
 //     l = layernorm(a - g);
@@ -699,7 +752,7 @@ layernorm_bwd_gain_stats_l_layernorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-05);
   if (lane == 0) { stats[2 * row] = mean; stats[2 * row + 1] = inv; }
 }
-#line 703 "model.cu"
+#line 756 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -728,7 +781,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 732 "model.cu"
+#line 785 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -743,7 +796,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 747 "model.cu"
+#line 800 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -769,7 +822,7 @@ reduce_rows_l_layernorm0_bias_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 773 "model.cu"
+#line 826 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -786,7 +839,7 @@ scale_g_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)(-1.0) * load_bf16(a, i));
 }
-#line 790 "model.cu"
+#line 843 "model.cu"
 
 // codegen_small.gem:22:7 act_bwd silu (bwd)
 //     g = silu(u * n);
@@ -800,7 +853,7 @@ act_bwd_silu_g_mul0_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_silu_grad((double)load_bf16(x, i))));
 }
-#line 804 "model.cu"
+#line 857 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -814,7 +867,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) * load_bf16(b, i));
 }
-#line 818 "model.cu"
+#line 871 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -846,7 +899,7 @@ rmsnorm_bwd_x_r_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)(load_f32(gain, j) * load_bf16(dy, i) / r - load_bf16(x, i) * dot / (WIDTH * r * r * r)));
   }
 }
-#line 850 "model.cu"
+#line 903 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain row statistics (bwd)
 //     n = rmsnorm(r);
@@ -864,7 +917,7 @@ rmsnorm_bwd_gain_stats_n_rmsnorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-06);
   if (lane == 0) { stats[2 * row] = 0.0; stats[2 * row + 1] = inv; }
 }
-#line 868 "model.cu"
+#line 921 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     n = rmsnorm(r);
@@ -907,7 +960,7 @@ embed_pool_bwd_t_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
 }
-#line 911 "model.cu"
+#line 964 "model.cu"
 
 // codegen_small.gem:17:7 add bf16 (bwd)
 //     a = embed(items, ad);
@@ -934,7 +987,7 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 938 "model.cu"
+#line 991 "model.cu"
 
 // --- table gradients: grouping ids by integer passes (kernels/table_grad.cuh) ---
 // table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics, in
@@ -1094,9 +1147,9 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1098 "model.cu"
+#line 1151 "model.cu"
 
-// codegen_small.gem:13:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
+// codegen_small.gem:13:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_items(float *__restrict__ rows_grad,
@@ -1109,9 +1162,11 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     i64 n0,
     const bf16_t *__restrict__ dy1,
     i64 n1,
-    i64 max_distinct) {
+    i64 max_distinct,
+    int *__restrict__ long_runs,
+    unsigned *__restrict__ long_count) {
 #line 13 "codegen_small.gem"
-  enum { DIM = 16, IDS = 8, AHEAD = 8 };
+  enum { DIM = 16, IDS = 8, AHEAD = 8, VEC = 1, SPLIT_MIN = 64 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1119,41 +1174,140 @@ table_grad_apply_items(float *__restrict__ rows_grad,
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
+    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    return;
+  }
   double sum_sq = 0.0;
-  for (int col = lane; col < DIM; col += WARP_SIZE) {
-    // The occurrence's gradient value in column col: its lookup's dy row.
-    auto value = [&](i64 occ) -> float {
-      if (occ < n0) return load_f32(dy0, occ * DIM + col);
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+    auto values = [&](i64 occ, float *v) {
+      if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
       occ -= n0;
-      if (occ < n1) return load_bf16(dy1, occ * DIM + col);
+      if (occ < n1) return load_bf16_n<VEC>(dy1, occ * DIM + c0, v);
       occ -= n1;
-      return 0.0f;
+      for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
-    float g = 0.0f;
+    float g[VEC] = {};
     int e = 0;
     for (; e + AHEAD <= count; e += AHEAD) {
       int at[AHEAD];
-      float v[AHEAD];
+      float v[AHEAD][VEC];
 #pragma unroll
       for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) g += v[u];
+      for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
     }
-    for (; e < count; e++) g += value(sorted[begin + e]);
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    for (; e < count; e++) {
+      float v[VEC];
+      values(sorted[begin + e], v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) g[j] += v[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      grad[c0 + j] = g[j];
+      sum_sq += (double)g[j] * g[j];
+    }
   }
   sum_sq = warp_sum(sum_sq);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.05 / (sqrt((double)state) + 1e-08);
-  for (int col = lane; col < DIM; col += WARP_SIZE)
-    store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
+    for (int col = c0; col < c0 + VEC; col++)
+      store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1157 "model.cu"
+#line 1227 "model.cu"
+
+// codegen_small.gem:13:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+//     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_apply_long_items(float *__restrict__ rows_grad,
+    bf16_t *__restrict__ table,
+    float *__restrict__ rowsum,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    const bf16_t *__restrict__ dy1,
+    i64 n1,
+    i64 max_distinct,
+    const int *__restrict__ long_runs,
+    const unsigned *__restrict__ long_count) {
+#line 13 "codegen_small.gem"
+  enum { DIM = 16, GCOLS = 32, GROUPS = 32, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+    i64 d = long_runs[li];
+    i64 row = header[1 + d];
+    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+    int begin = distinct_begin[d], count = distinct_count[d];
+    // This group's part of the run: all of it for group 0 when the run is short.
+    const bool split = GROUPS > 1 && count > SPLIT_MIN;
+    const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+    const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
+    double sum_sq = 0.0;
+    for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+      const int col = col0 + lane_col;
+      // The occurrence's gradient value in column col: its lookup's dy row.
+      auto value = [&](i64 occ) -> float {
+        if (occ < n0) return load_f32(dy0, occ * DIM + col);
+        occ -= n0;
+        if (occ < n1) return load_bf16(dy1, occ * DIM + col);
+        occ -= n1;
+        return 0.0f;
+      };
+      float g = 0.0f;
+      if (col < DIM) {
+        int e = lo;
+        for (; e + AHEAD <= hi; e += AHEAD) {
+          int at[AHEAD];
+          float v[AHEAD];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) g += v[u];
+        }
+        for (; e < hi; e++) g += value(sorted[begin + e]);
+      }
+      if (GROUPS > 1) {  // the parts, added in group order by group 0
+        part[group * GCOLS + lane_col] = g;
+        __syncthreads();
+        if (group == 0) {
+          g = 0.0f;
+          for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+        }
+        __syncthreads();
+      }
+      if (group == 0 && col < DIM) {
+        grad[col] = g;
+        sum_sq += (double)g * g;
+      }
+    }
+    __syncthreads();  // the row's gradient, written by group 0, is read below
+    sum_sq = block_sum(sum_sq, partial);
+    float state = (float)(rowsum[row] + sum_sq / DIM);
+    __syncthreads();
+    if (threadIdx.x == 0) rowsum[row] = state;
+    double step = 0.05 / (sqrt((double)state) + 1e-08);
+    for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+      store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
+    __syncthreads();  // partial and part serve the next id
+  }
+}
+#line 1311 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1167,9 +1321,9 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1171 "model.cu"
+#line 1325 "model.cu"
 
-// codegen_small.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
+// codegen_small.gem:14:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_tagt(float *__restrict__ rows_grad,
@@ -1180,9 +1334,11 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     const int *__restrict__ distinct_count,
     const float *__restrict__ dy0,
     i64 n0,
-    i64 max_distinct) {
+    i64 max_distinct,
+    int *__restrict__ long_runs,
+    unsigned *__restrict__ long_count) {
 #line 14 "codegen_small.gem"
-  enum { DIM = 16, IDS = 8, AHEAD = 8 };
+  enum { DIM = 16, IDS = 8, AHEAD = 8, VEC = 1, SPLIT_MIN = 64 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1190,39 +1346,134 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
+    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    return;
+  }
   double sum_sq = 0.0;
-  for (int col = lane; col < DIM; col += WARP_SIZE) {
-    // The occurrence's gradient value in column col: its lookup's dy row.
-    auto value = [&](i64 occ) -> float {
-      if (occ < n0) return load_f32(dy0, occ * DIM + col);
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+    auto values = [&](i64 occ, float *v) {
+      if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
       occ -= n0;
-      return 0.0f;
+      for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
-    float g = 0.0f;
+    float g[VEC] = {};
     int e = 0;
     for (; e + AHEAD <= count; e += AHEAD) {
       int at[AHEAD];
-      float v[AHEAD];
+      float v[AHEAD][VEC];
 #pragma unroll
       for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) g += v[u];
+      for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
     }
-    for (; e < count; e++) g += value(sorted[begin + e]);
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    for (; e < count; e++) {
+      float v[VEC];
+      values(sorted[begin + e], v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) g[j] += v[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      grad[c0 + j] = g[j];
+      sum_sq += (double)g[j] * g[j];
+    }
   }
   sum_sq = warp_sum(sum_sq);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.01 / (sqrt((double)state) + 1e-08);
-  for (int col = lane; col < DIM; col += WARP_SIZE)
-    store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
+    for (int col = c0; col < c0 + VEC; col++)
+      store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1226 "model.cu"
+#line 1397 "model.cu"
+
+// codegen_small.gem:14:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+//     table tagt  : rows 50;
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_apply_long_tagt(float *__restrict__ rows_grad,
+    bf16_t *__restrict__ table,
+    float *__restrict__ rowsum,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    i64 max_distinct,
+    const int *__restrict__ long_runs,
+    const unsigned *__restrict__ long_count) {
+#line 14 "codegen_small.gem"
+  enum { DIM = 16, GCOLS = 32, GROUPS = 32, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+    i64 d = long_runs[li];
+    i64 row = header[1 + d];
+    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+    int begin = distinct_begin[d], count = distinct_count[d];
+    // This group's part of the run: all of it for group 0 when the run is short.
+    const bool split = GROUPS > 1 && count > SPLIT_MIN;
+    const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+    const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
+    double sum_sq = 0.0;
+    for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+      const int col = col0 + lane_col;
+      // The occurrence's gradient value in column col: its lookup's dy row.
+      auto value = [&](i64 occ) -> float {
+        if (occ < n0) return load_f32(dy0, occ * DIM + col);
+        occ -= n0;
+        return 0.0f;
+      };
+      float g = 0.0f;
+      if (col < DIM) {
+        int e = lo;
+        for (; e + AHEAD <= hi; e += AHEAD) {
+          int at[AHEAD];
+          float v[AHEAD];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) g += v[u];
+        }
+        for (; e < hi; e++) g += value(sorted[begin + e]);
+      }
+      if (GROUPS > 1) {  // the parts, added in group order by group 0
+        part[group * GCOLS + lane_col] = g;
+        __syncthreads();
+        if (group == 0) {
+          g = 0.0f;
+          for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+        }
+        __syncthreads();
+      }
+      if (group == 0 && col < DIM) {
+        grad[col] = g;
+        sum_sq += (double)g * g;
+      }
+    }
+    __syncthreads();  // the row's gradient, written by group 0, is read below
+    sum_sq = block_sum(sum_sq, partial);
+    float state = (float)(rowsum[row] + sum_sq / DIM);
+    __syncthreads();
+    if (threadIdx.x == 0) rowsum[row] = state;
+    double step = 0.01 / (sqrt((double)state) + 1e-08);
+    for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+      store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
+    __syncthreads();  // partial and part serve the next id
+  }
+}
+#line 1477 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1317,4 +1568,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1321 "model.cu"
+#line 1572 "model.cu"

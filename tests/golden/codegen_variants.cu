@@ -7,7 +7,7 @@
 // standard header. The numerics follow runtime/cpu/numerics.c exactly: bf16/fp16 round to nearest
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
+// defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
 //          e4m3_round
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
@@ -47,6 +47,59 @@ __device__ __forceinline__ float load_fp16(const fp16_t *p, i64 i) { return fp16
 __device__ __forceinline__ void store_f32(float *p, i64 i, float x) { p[i] = x; }
 __device__ __forceinline__ void store_bf16(bf16_t *p, i64 i, float x) { p[i] = float_to_bf16(x); }
 __device__ __forceinline__ void store_fp16(fp16_t *p, i64 i, float x) { p[i] = float_to_fp16(x); }
+
+// N consecutive values p[i..i+N) as floats: one 4-, 8- or 16-byte load when p + i is aligned to
+// it (a row of a packed tensor whose width is a multiple of N), else N loads.
+template <int N>
+__device__ __forceinline__ void load_bf16_n(const bf16_t *p, i64 i, float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };  // one vector load of N bf16
+  const bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u = *(const Words *)q;
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(u.h[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) v[k] = bf16_to_float(q[k]);
+  }
+}
+// p[i..i+N) = v as bf16: one vector store when aligned, as load_bf16_n.
+template <int N>
+__device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  struct alignas(2 * N) Words { unsigned short h[N]; };
+  bf16_t *q = p + i;
+  if (N >= 2 && ((unsigned long long)q & (2 * N - 1)) == 0) {
+    Words u;
+#pragma unroll
+    for (int k = 0; k < N; k++) u.h[k] = float_to_bf16(v[k]);
+    *(Words *)q = u;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
+  }
+}
+template <int N>
+__device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = v[k];
+}
+template <int N>
+__device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) p[i + k] = float_to_fp16(v[k]);
+}
+template <int N>
+__device__ __forceinline__ void load_f32_n(const float *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = p[i + k];
+}
+template <int N>
+__device__ __forceinline__ void load_fp16_n(const fp16_t *p, i64 i, float *v) {
+#pragma unroll
+  for (int k = 0; k < N; k++) v[k] = fp16_to_float(p[i + k]);
+}
 
 // --- fp8 (E4M3) -------------------------------------------------------------------------
 
@@ -185,7 +238,7 @@ embed_a(float *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 189 "model.cu"
+#line 242 "model.cu"
 
 // codegen_variants.gem:17:7 embed sparse (fwd)
 //     g = embed(geos, geo);
@@ -214,7 +267,7 @@ amax_u_x_fp8(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 218 "model.cu"
+#line 271 "model.cu"
 
 // codegen_variants.gem:18:7 linear x operand to fp8 (E4M3, one scale) (fwd)
 //     u = linear(c, 8) @fp8;
@@ -230,7 +283,7 @@ quantize_fp8_u_x_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_f32(x, i) / scale) * scale);
 }
-#line 234 "model.cu"
+#line 287 "model.cu"
 
 // codegen_variants.gem:18:7 linear w operand: amax for the fp8 scale (fwd)
 //     u = linear(c, 8) @fp8;
@@ -250,7 +303,7 @@ act_none_u(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_none((double)pre[i]));
 }
-#line 254 "model.cu"
+#line 307 "model.cu"
 
 // codegen_variants.gem:19:7 linear x operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -262,7 +315,7 @@ cast_v_x_fp16(fp16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_fp16(out, i, load_f32(x, i));
 }
-#line 266 "model.cu"
+#line 319 "model.cu"
 
 // codegen_variants.gem:19:7 linear w operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -283,7 +336,7 @@ sub_act_m_sigmoid0(float *__restrict__ y,
   float stored = load_f32(out, i);  // the act reads what its input holds
   store_f32(y, i, (float)act_sigmoid((double)stored));
 }
-#line 287 "model.cu"
+#line 340 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (fwd)
 //     m = sigmoid(a - g) * u;
@@ -297,7 +350,7 @@ mul_m(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) * load_bf16(b, i));
 }
-#line 301 "model.cu"
+#line 354 "model.cu"
 
 // codegen_variants.gem:21:15 stack fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -316,7 +369,7 @@ stack_s_stack0(float *__restrict__ out,
   else if (row % 3 == 1) store_f32(out, i, load_fp16(x1, (row / 3) * WIDTH + col));
   else if (row % 3 == 2) store_f32(out, i, load_f32(x2, (row / 3) * WIDTH + col));
 }
-#line 320 "model.cu"
+#line 373 "model.cu"
 
 // codegen_variants.gem:21:7 flatten fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -331,7 +384,7 @@ flatten_s(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 335 "model.cu"
+#line 388 "model.cu"
 
 // codegen_variants.gem:23:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -350,7 +403,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 354 "model.cu"
+#line 407 "model.cu"
 
 // codegen_variants.gem:23:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -363,7 +416,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 367 "model.cu"
+#line 420 "model.cu"
 
 // codegen_variants.gem:23:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -378,7 +431,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 382 "model.cu"
+#line 435 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -404,7 +457,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 408 "model.cu"
+#line 461 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -419,7 +472,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 423 "model.cu"
+#line 476 "model.cu"
 
 // codegen_variants.gem:22:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -432,7 +485,7 @@ act_grad_relu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_relu_grad((double)pre[i])));
 }
-#line 436 "model.cu"
+#line 489 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -458,7 +511,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 462 "model.cu"
+#line 515 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -473,7 +526,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 477 "model.cu"
+#line 530 "model.cu"
 
 // codegen_variants.gem:21:7 unflatten fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -488,7 +541,7 @@ unflatten_s_stack0_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 492 "model.cu"
+#line 545 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -503,7 +556,7 @@ unstack_m_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 0) * WIDTH + col));
 }
-#line 507 "model.cu"
+#line 560 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp16 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -518,7 +571,7 @@ unstack_v_grad(fp16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_fp16(out, i, load_f32(x, (row * 3 + 1) * WIDTH + col));
 }
-#line 522 "model.cu"
+#line 575 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -533,7 +586,7 @@ unstack_g_grad_1(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 2) * WIDTH + col));
 }
-#line 537 "model.cu"
+#line 590 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -551,7 +604,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_f32(a, i) * load_f32(b, i));
 }
-#line 555 "model.cu"
+#line 608 "model.cu"
 
 // codegen_variants.gem:20:7 act_bwd sigmoid (bwd)
 //     m = sigmoid(a - g) * u;
@@ -565,7 +618,7 @@ act_bwd_sigmoid_m_sub0_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)((double)load_f32(dy, i) * act_sigmoid_grad((double)load_f32(x, i))));
 }
-#line 569 "model.cu"
+#line 622 "model.cu"
 
 // codegen_variants.gem:20:15 scale fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -578,7 +631,7 @@ scale_g_grad_0(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)(-1.0) * load_f32(a, i));
 }
-#line 582 "model.cu"
+#line 635 "model.cu"
 
 // codegen_variants.gem:19:7 linear_bwd_x w operand fp32 to fp16 (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -612,7 +665,7 @@ reduce_rows_v_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 616 "model.cu"
+#line 669 "model.cu"
 
 // codegen_variants.gem:19:7 reduce_rows the column chunks added in order (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -627,7 +680,7 @@ reduce_rows_v_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 631 "model.cu"
+#line 684 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w x operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
@@ -660,7 +713,7 @@ amax_u_linear0_w_grad_dz_fp8(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 664 "model.cu"
+#line 717 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand to fp8 (E4M3, one scale) (bwd)
 //     u = linear(c, 8) @fp8;
@@ -676,7 +729,7 @@ quantize_fp8_u_linear0_w_grad_dz_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_bf16(x, i) / scale) * scale);
 }
-#line 680 "model.cu"
+#line 733 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -702,7 +755,7 @@ reduce_rows_u_linear0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 706 "model.cu"
+#line 759 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows the column chunks added in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -720,7 +773,7 @@ add_g_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) + load_f32(b, i));
 }
-#line 724 "model.cu"
+#line 777 "model.cu"
 
 // codegen_variants.gem:16:7 add fp32 (bwd)
 //     a = embed(ads, ad);
@@ -880,9 +933,9 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 884 "model.cu"
+#line 937 "model.cu"
 
-// codegen_variants.gem:13:3 table_grad sum per distinct id, then sgd (bwd)
+// codegen_variants.gem:13:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_ads(float *__restrict__ rows_grad,
@@ -892,9 +945,11 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     const int *__restrict__ distinct_count,
     const float *__restrict__ dy0,
     i64 n0,
-    i64 max_distinct) {
+    i64 max_distinct,
+    int *__restrict__ long_runs,
+    unsigned *__restrict__ long_count) {
 #line 13 "codegen_variants.gem"
-  enum { DIM = 8, IDS = 8, AHEAD = 8 };
+  enum { DIM = 8, IDS = 8, AHEAD = 8, VEC = 1, SPLIT_MIN = 64 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -902,40 +957,129 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
+    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    return;
+  }
   double sum_sq = 0.0;
-  for (int col = lane; col < DIM; col += WARP_SIZE) {
-    // The occurrence's gradient value in column col: its lookup's dy row.
-    auto value = [&](i64 occ) -> float {
-      if (occ < n0) return load_f32(dy0, occ * DIM + col);
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+    auto values = [&](i64 occ, float *v) {
+      if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
       occ -= n0;
-      return 0.0f;
+      for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
-    float g = 0.0f;
+    float g[VEC] = {};
     int e = 0;
     for (; e + AHEAD <= count; e += AHEAD) {
       int at[AHEAD];
-      float v[AHEAD];
+      float v[AHEAD][VEC];
 #pragma unroll
       for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) g += v[u];
+      for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
     }
-    for (; e < count; e++) g += value(sorted[begin + e]);
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    for (; e < count; e++) {
+      float v[VEC];
+      values(sorted[begin + e], v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) g[j] += v[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      grad[c0 + j] = g[j];
+      sum_sq += (double)g[j] * g[j];
+    }
   }
-  for (int col = lane; col < DIM; col += WARP_SIZE)
-    store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
+    for (int col = c0; col < c0 + VEC; col++)
+      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 933 "model.cu"
+#line 1003 "model.cu"
+
+// codegen_variants.gem:13:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then sgd (bwd)
+//     table ads  : rows 20, optim sgd(lr = 0.2);
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_apply_long_ads(float *__restrict__ rows_grad,
+    float *__restrict__ table,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    i64 max_distinct,
+    const int *__restrict__ long_runs,
+    const unsigned *__restrict__ long_count) {
+#line 13 "codegen_variants.gem"
+  enum { DIM = 8, GCOLS = 32, GROUPS = 32, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+    i64 d = long_runs[li];
+    i64 row = header[1 + d];
+    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+    int begin = distinct_begin[d], count = distinct_count[d];
+    // This group's part of the run: all of it for group 0 when the run is short.
+    const bool split = GROUPS > 1 && count > SPLIT_MIN;
+    const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+    const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
+    double sum_sq = 0.0;
+    for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+      const int col = col0 + lane_col;
+      // The occurrence's gradient value in column col: its lookup's dy row.
+      auto value = [&](i64 occ) -> float {
+        if (occ < n0) return load_f32(dy0, occ * DIM + col);
+        occ -= n0;
+        return 0.0f;
+      };
+      float g = 0.0f;
+      if (col < DIM) {
+        int e = lo;
+        for (; e + AHEAD <= hi; e += AHEAD) {
+          int at[AHEAD];
+          float v[AHEAD];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) g += v[u];
+        }
+        for (; e < hi; e++) g += value(sorted[begin + e]);
+      }
+      if (GROUPS > 1) {  // the parts, added in group order by group 0
+        part[group * GCOLS + lane_col] = g;
+        __syncthreads();
+        if (group == 0) {
+          g = 0.0f;
+          for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+        }
+        __syncthreads();
+      }
+      if (group == 0 && col < DIM) {
+        grad[col] = g;
+        sum_sq += (double)g * g;
+      }
+    }
+    __syncthreads();  // the row's gradient, written by group 0, is read below
+    for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
+    __syncthreads();  // partial and part serve the next id
+  }
+}
+#line 1077 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
 // launches table_grad_gather_ads (the same kernel) with this op's arguments
 
-// codegen_variants.gem:14:3 table_grad sum per distinct id, then rowwise_adagrad (bwd)
+// codegen_variants.gem:14:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
 //     table geos : rows 5;
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_geos(float *__restrict__ rows_grad,
@@ -946,9 +1090,11 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     const int *__restrict__ distinct_count,
     const float *__restrict__ dy0,
     i64 n0,
-    i64 max_distinct) {
+    i64 max_distinct,
+    int *__restrict__ long_runs,
+    unsigned *__restrict__ long_count) {
 #line 14 "codegen_variants.gem"
-  enum { DIM = 8, IDS = 8, AHEAD = 8 };
+  enum { DIM = 8, IDS = 8, AHEAD = 8, VEC = 1, SPLIT_MIN = 64 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -956,39 +1102,134 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
   i64 row = header[1 + d];
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
+  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
+    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    return;
+  }
   double sum_sq = 0.0;
-  for (int col = lane; col < DIM; col += WARP_SIZE) {
-    // The occurrence's gradient value in column col: its lookup's dy row.
-    auto value = [&](i64 occ) -> float {
-      if (occ < n0) return load_f32(dy0, occ * DIM + col);
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+    auto values = [&](i64 occ, float *v) {
+      if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
       occ -= n0;
-      return 0.0f;
+      for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
-    float g = 0.0f;
+    float g[VEC] = {};
     int e = 0;
     for (; e + AHEAD <= count; e += AHEAD) {
       int at[AHEAD];
-      float v[AHEAD];
+      float v[AHEAD][VEC];
 #pragma unroll
       for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) g += v[u];
+      for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
     }
-    for (; e < count; e++) g += value(sorted[begin + e]);
-    grad[col] = g;
-    sum_sq += (double)g * g;
+    for (; e < count; e++) {
+      float v[VEC];
+      values(sorted[begin + e], v);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) g[j] += v[j];
+    }
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+      grad[c0 + j] = g[j];
+      sum_sq += (double)g[j] * g[j];
+    }
   }
   sum_sq = warp_sum(sum_sq);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.01 / (sqrt((double)state) + 1e-08);
-  for (int col = lane; col < DIM; col += WARP_SIZE)
-    store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
+  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
+    for (int col = c0; col < c0 + VEC; col++)
+      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 992 "model.cu"
+#line 1153 "model.cu"
+
+// codegen_variants.gem:14:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+//     table geos : rows 5;
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_apply_long_geos(float *__restrict__ rows_grad,
+    float *__restrict__ table,
+    float *__restrict__ rowsum,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    i64 max_distinct,
+    const int *__restrict__ long_runs,
+    const unsigned *__restrict__ long_count) {
+#line 14 "codegen_variants.gem"
+  enum { DIM = 8, GCOLS = 32, GROUPS = 32, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+    i64 d = long_runs[li];
+    i64 row = header[1 + d];
+    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+    int begin = distinct_begin[d], count = distinct_count[d];
+    // This group's part of the run: all of it for group 0 when the run is short.
+    const bool split = GROUPS > 1 && count > SPLIT_MIN;
+    const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
+    const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
+    double sum_sq = 0.0;
+    for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+      const int col = col0 + lane_col;
+      // The occurrence's gradient value in column col: its lookup's dy row.
+      auto value = [&](i64 occ) -> float {
+        if (occ < n0) return load_f32(dy0, occ * DIM + col);
+        occ -= n0;
+        return 0.0f;
+      };
+      float g = 0.0f;
+      if (col < DIM) {
+        int e = lo;
+        for (; e + AHEAD <= hi; e += AHEAD) {
+          int at[AHEAD];
+          float v[AHEAD];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+#pragma unroll
+          for (int u = 0; u < AHEAD; u++) g += v[u];
+        }
+        for (; e < hi; e++) g += value(sorted[begin + e]);
+      }
+      if (GROUPS > 1) {  // the parts, added in group order by group 0
+        part[group * GCOLS + lane_col] = g;
+        __syncthreads();
+        if (group == 0) {
+          g = 0.0f;
+          for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+        }
+        __syncthreads();
+      }
+      if (group == 0 && col < DIM) {
+        grad[col] = g;
+        sum_sq += (double)g * g;
+      }
+    }
+    __syncthreads();  // the row's gradient, written by group 0, is read below
+    sum_sq = block_sum(sum_sq, partial);
+    float state = (float)(rowsum[row] + sum_sq / DIM);
+    __syncthreads();
+    if (threadIdx.x == 0) rowsum[row] = state;
+    double step = 0.01 / (sqrt((double)state) + 1e-08);
+    for (int col = threadIdx.x; col < DIM; col += blockDim.x)
+      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
+    __syncthreads();  // partial and part serve the next id
+  }
+}
+#line 1233 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1042,4 +1283,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1046 "model.cu"
+#line 1287 "model.cu"

@@ -13,7 +13,8 @@ echo "== the GDPA kernels, every shape, activation and mask, forward and backwar
 # Each in its own process: a kernel fault leaves the CUDA context unusable for the rest of it.
 echo "== gem_tiny end to end: 200 steps on the GPU and on the CPU"
 "$build/tests/gpu/test_gpu_kernels" --e2e models/gem_tiny.gem --steps 200 || failed=$((failed + 1))
-for m in models/gem_tiny.gem models/gem_small.gem tests/golden/codegen_attention_fp8.gem tests/gpu/models/*.gem; do
+for m in models/gem_tiny.gem models/gem_small.gem tests/golden/codegen_attention_fp8.gem tests/golden/codegen_hot_table.gem \
+         tests/gpu/models/*.gem; do
   echo "== every kernel of $m against the CPU executor"
   "$build/tests/gpu/test_gpu_kernels" "$m" || failed=$((failed + 1))
 done
