@@ -1,7 +1,7 @@
 // prelude_on_cpu.h: kernels/prelude.cuh for the CPU (cuda_on_cpu.h): the same names, with the
 // PTX conversions replaced by the CPU executor's own rounding functions (runtime/cpu/numerics.c),
 // so an emulated kernel rounds exactly as the oracle does.
-// defines: i64, bf16_t, fp16_t, load_*/store_*, act_*, warp_sum, warp_max, block_sum, ...
+// defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_*, warp_sum, warp_max, block_sum, ...
 extern "C" {
 float round_bf16(float x);
 uint16_t bf16_encode(float x);
