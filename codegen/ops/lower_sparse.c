@@ -472,7 +472,7 @@ static bool lower_table_grad(Lower *L, int node) {
   char what[200];
   snprintf(name, sizeof name, "table_grad_apply_%s", id);
   snprintf(what, sizeof what, "sum per distinct id%s, then %s",
-           warp ? " (runs longer than SPLIT_MIN listed)" : " (in parts)", optim_name(o.kind));
+           warp ? " (long runs listed)" : " (in parts)", optim_name(o.kind));
   lower_comment(L, node, what);
   kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1, warp ? APPLY_WARPS * 32 : (int)gcols * parts);
   apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, dcount, occ);
@@ -489,7 +489,7 @@ static bool lower_table_grad(Lower *L, int node) {
 
   // 8. the listed long runs: LONG_BLOCKS blocks, each taking ids c, c + LONG_BLOCKS, ...
   snprintf(name, sizeof name, "table_grad_apply_long_%s", id);
-  snprintf(what, sizeof what, "the runs longer than SPLIT_MIN: summed in parts, then %s",
+  snprintf(what, sizeof what, "the long runs, summed in parts, then %s",
            optim_name(o.kind));
   lower_comment(L, node, what);
   kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, (int)gcols * parts);

@@ -887,7 +887,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
 // launches table_grad_gather_kind (the same kernel) with this op's arguments
 
-// codegen_hot_table.gem:17:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
+// codegen_hot_table.gem:17:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_wide(float *__restrict__ rows_grad,
@@ -959,7 +959,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
 }
 #line 961 "model.cu"
 
-// codegen_hot_table.gem:17:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+// codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_long_wide(float *__restrict__ rows_grad,

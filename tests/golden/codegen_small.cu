@@ -1149,7 +1149,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
 }
 #line 1151 "model.cu"
 
-// codegen_small.gem:13:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
+// codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_items(float *__restrict__ rows_grad,
@@ -1225,7 +1225,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
 }
 #line 1227 "model.cu"
 
-// codegen_small.gem:13:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+// codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_long_items(float *__restrict__ rows_grad,
@@ -1323,7 +1323,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
 }
 #line 1325 "model.cu"
 
-// codegen_small.gem:14:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
+// codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_tagt(float *__restrict__ rows_grad,
@@ -1395,7 +1395,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
 }
 #line 1397 "model.cu"
 
-// codegen_small.gem:14:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+// codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_long_tagt(float *__restrict__ rows_grad,

@@ -935,7 +935,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
 }
 #line 937 "model.cu"
 
-// codegen_variants.gem:13:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then sgd (bwd)
+// codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_ads(float *__restrict__ rows_grad,
@@ -1001,7 +1001,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
 }
 #line 1003 "model.cu"
 
-// codegen_variants.gem:13:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then sgd (bwd)
+// codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_long_ads(float *__restrict__ rows_grad,
@@ -1079,7 +1079,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
 //     table geos : rows 5;
 // launches table_grad_gather_ads (the same kernel) with this op's arguments
 
-// codegen_variants.gem:14:3 table_grad sum per distinct id (runs longer than SPLIT_MIN listed), then rowwise_adagrad (bwd)
+// codegen_variants.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table geos : rows 5;
 extern "C" __global__ void __launch_bounds__(256)
 table_grad_apply_geos(float *__restrict__ rows_grad,
@@ -1151,7 +1151,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
 }
 #line 1153 "model.cu"
 
-// codegen_variants.gem:14:3 table_grad the runs longer than SPLIT_MIN: summed in parts, then rowwise_adagrad (bwd)
+// codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
 extern "C" __global__ void __launch_bounds__(1024)
 table_grad_apply_long_geos(float *__restrict__ rows_grad,
