@@ -43,14 +43,28 @@ int main(int argc, char **argv) {
   launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), hdr, n, 1); });
   launch(grid(n, 1024), 32, [&] { table_grad_runs_list(hdr, dbeg.data(), kin, counts.data(), n); });
   launch(grid(n, 256), 256, [&] { table_grad_runs_length(dcnt.data(), dbeg.data(), hdr, n); });
-  launch(n, 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dcnt.data(), dy.data(), n, n); });
+  // A warp per id, 8 ids a block; runs longer than 64 listed for the long kernel (1024 threads:
+  // 32 groups of 32 columns for D = 16), which sums them in 32 parts. The plan gives it 264
+  // blocks; 2 here take the same ids in turn (li += gridDim.x) at a fraction of the threads.
+  std::vector<int> long_runs(n + 1);
+  unsigned long_count = 0;
+  launch(grid(n, 8), 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dcnt.data(), dy.data(), n, n, long_runs.data(), &long_count); });
+  launch(2, 1024, [&] { table_grad_apply_long_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dcnt.data(), dy.data(), n, n, long_runs.data(), &long_count); });
   // reference
   i64 U = 0; int bad = 0;
   const i64 *gids = hdr + 1; const float *gv = (const float *)(gids + n);
   std::vector<float> rs(ROWS, 0.f);
   for (i64 id = 0; id < ROWS; id++) {
     int hits = 0; float g[D] = {0};
-    for (i64 p = 0; p < n; p++) if (ids[p] == id) { hits++; for (int j = 0; j < D; j++) g[j] += dy[p * D + j]; }
+    std::vector<i64> at;  // the id's occurrences, in order
+    for (i64 p = 0; p < n; p++) if (ids[p] == id) { hits++; at.push_back(p); }
+    const int PARTS = hits > 64 ? 32 : 1;  // as table_grad_apply_long sums a run longer than 64
+    for (int k = 0; k < PARTS; k++) {
+      float part[D] = {0};
+      for (i64 e = (i64)hits * k / PARTS; e < (i64)hits * (k + 1) / PARTS; e++)
+        for (int j = 0; j < D; j++) part[j] += dy[at[e] * D + j];
+      for (int j = 0; j < D; j++) g[j] += part[j];
+    }
     if (!hits) { if (memcmp(&tab[id * D], &tab0[id * D], 2 * D)) bad++; continue; }
     if (gids[U] != id) bad++;
     for (int j = 0; j < D; j++) if (gv[U * D + j] != g[j]) bad++;

@@ -16,14 +16,15 @@ if ! command -v "$CXX" >/dev/null 2>&1; then echo "table_grad_emu: SKIP: no C++ 
 "$gemc" emit tests/golden/codegen_small.gem >"$tmp/model.cu" || exit 1
 lib=$(dirname "$gemc")/libgemc.a  # the CPU executor's rounding functions
 sed 's/extern "C"//' kernels/table_grad.cuh >"$tmp/table_grad_kernels.inc"
-{ awk '/^table_grad_gather_tagt\(/,/^}/' "$tmp/model.cu"; awk '/^table_grad_apply_tagt\(/,/^}/' "$tmp/model.cu"; } |
-  sed 's/^table_grad_\(gather\|apply\)_tagt(/void table_grad_\1_tagt(/' >"$tmp/table_grad_generated.inc"
+{ awk '/^table_grad_gather_tagt\(/,/^}/' "$tmp/model.cu"; awk '/^table_grad_apply_tagt\(/,/^}/' "$tmp/model.cu"
+  awk '/^table_grad_apply_long_tagt\(/,/^}/' "$tmp/model.cu"; } |
+  sed 's/^table_grad_\(gather\|apply\|apply_long\)_tagt(/void table_grad_\1_tagt(/' >"$tmp/table_grad_generated.inc"
 if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -o "$tmp/emu" tests/codegen/table_grad_emu.cpp "$lib" -lm 2>"$tmp/cxx.err"; then
   if grep -q "barrier" "$tmp/cxx.err"; then echo "table_grad_emu: SKIP: $CXX has no C++20 <barrier>"; exit 0; fi
   cat "$tmp/cxx.err"; exit 1
 fi
 fail=0
-for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000" "1100 70 70" "300 100000 100000" "40 16 16" "200 3000 3000"; do
+for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000" "1100 70 70" "300 100000 100000" "40 16 16" "200 3000 3000" "2000 20 20"; do
   # shellcheck disable=SC2086
   if out=$("$tmp/emu" $args); then echo "PASS table_grad_emu $out"; else echo "FAIL table_grad_emu $out"; fail=1; fi
 done
