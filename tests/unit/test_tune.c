@@ -32,9 +32,12 @@ static char tmp_dir[] = "/tmp/gemc-test-tune-XXXXXX";
 // and `suffix` after the call ("@schedule(tile_kv = 64)", "@mxfp8", ...); its target `target`.
 static LoadedModel *load_gdpa(const char *target, int heads, int64_t max_len, const char *prec,
                               const char *suffix) {
+  // The IR keeps a pointer to the path (its `source`): one buffer per model, never reused.
   static int n;
-  char path[512], text[2048];
-  snprintf(path, sizeof path, "%s/m%d.gem", tmp_dir, n++);
+  static char paths[64][512];
+  assert_true(n < 64);
+  char *path = paths[n], text[2048];
+  snprintf(path, sizeof paths[0], "%s/m%d.gem", tmp_dir, n++);
   snprintf(text, sizeof text,
            "model m {\n"
            "  batch 64;\n"
