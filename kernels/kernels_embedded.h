@@ -14,6 +14,7 @@ extern const char kernel_attention_sm90_cuh[];
 extern const char kernel_attention_sm90_backward_cuh[];
 extern const char kernel_gemm_cuh[];
 extern const char kernel_attention_quantized_cuh[];
+extern const char kernel_attention_quantized_tc_cuh[];
 extern const char kernel_attention_tiny_kv_cuh[];
 
 #endif

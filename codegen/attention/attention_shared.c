@@ -27,8 +27,10 @@ bool emit_attention(Lower *L, int node) {
   LowerMark mark = lower_mark(L);
   if (!L->src.data || !strstr(L->src.data, "GEMC_ATTENTION_CUH")) attention_device_source(&L->src);
   bool quantized = n->prec == DT_FP8 || n->prec == DT_MXFP8;
-  if (quantized && !strstr(L->src.data, "GEMC_ATTENTION_QUANTIZED_CUH"))
+  if (quantized && !strstr(L->src.data, "GEMC_ATTENTION_QUANTIZED_CUH")) {
     sb_puts(&L->src, kernel_attention_quantized_cuh);
+    sb_puts(&L->src, kernel_attention_quantized_tc_cuh);
+  }
   bool ok = quantized ? emit_attention_quantized(L, node) : emit_attention_plain(L, node);
   if (!ok) lower_rollback(L, mark);  // add nothing
   return ok;

@@ -113,6 +113,33 @@ static void copy_params(KernelBuilder *kb, const char *const *names, const Launc
 
 static int tile_smem(const AttnNode *a, int tiles) { return (int)(tiles * 64 * a->dh * 4); }
 
+// The tensor-core kernels' shared memory (kernels/attention_quantized_tc.cuh, AttnmSmem), in
+// `rows` 64-row tiles of one head, `trans` transposed ones, `scores` fp32 64 x 64 tiles and
+// `quant` bf16 ones; 0 when the head width leaves them out (a multiple of 16 is needed).
+static int tc_smem(const AttnNode *a, int rows, int trans, int scores, int quant) {
+  if (a->dh % 16) return 0;
+  int dh = (int)a->dh;
+  return rows * 64 * (dh + 8) * 2 + trans * dh * 72 * 2 + scores * 64 * 65 * 4 + quant * 64 * 72 * 2 +
+         12 * 64 * 4;
+}
+
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+// The operands' fp8 scales (their amax workspaces, for the tensors `t` >= 0 of q, k, v, dout)
+// as parameters, and the AttnqScales value the kernel body starts with; all 1 at mxfp8.
+static void scale_params(QEmit *e, KernelBuilder *kb, StrBuf *body, const int t[4]) {
+  static const char *const names[] = {"amax_q", "amax_k", "amax_v", "amax_do"};
+  if (e->mx) {
+    sb_puts(body, "  const AttnqScales sc = {1.0f, 1.0f, 1.0f, 1.0f};  // mxfp8: the copies hold values\n");
+    return;
+  }
+  for (int i = 0; i < 4; i++)
+    if (t[i] >= 0) kb_workspace(kb, "unsigned", names[i], workspace(e, t[i], ATTN_WS_AMAX, sym_const(4)), false);
+  sb_printf(body, "  const AttnqScales sc = attnq_scales(%s, %s, %s, %s);\n",
+            t[0] >= 0 ? names[0] : "0", t[1] >= 0 ? names[1] : "0", t[2] >= 0 ? names[2] : "0",
+            t[3] >= 0 ? names[3] : "0");
+}
+
 static bool emit_forward(QEmit *e) {
   Lower *L = e->L;
   const Ir *ir = L->ir;
@@ -130,14 +157,16 @@ static bool emit_forward(QEmit *e) {
   attn_kernel_comment(L, n, "fwd");
   int tiles = attn_tile_list(L, a, e->node, 64, false);
   KernelBuilder kb;
-  kb_begin_tiles(&kb, L, e->node, kernel, tiles, 64, tile_smem(a, 2));
+  kb_begin_tiles(&kb, L, e->node, kernel, tiles, 64,
+                 max_int(tile_smem(a, 2), tc_smem(a, 2, 1, 1, 1)));
   kb_tensor_out(&kb, "out", n->out);
   copy_params(&kb, names, ws, 3);
   attn_offsets(&kb, a);
   kb_tiles(&kb, "tiles");
   StrBuf body = {0};
+  scale_params(e, &kb, &body, (const int[4]){a->q, a->k, a->v, -1});
   attn_rows_value(&body, a);
-  sb_printf(&body, "  attnq_forward<%lld, %s, %d>(out, qh, kh, vr, rows, %s, tiles);\n",
+  sb_printf(&body, "  attnq_forward_any<%lld, %s, %d>(out, qh, kh, vr, rows, %s, tiles, sc);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), e->mx ? 1 : 0, norm);
   kb_end(&kb, body.data);
   sb_free(&body);
@@ -163,6 +192,7 @@ static bool emit_dq(QEmit *e, int dq) {
   snprintf(kernel, sizeof kernel, "%s_bwd_q", a->name);
   attn_kernel_comment(L, n, pma ? "bwd: dQ summed over the batch" : "bwd: dQ");
   KernelBuilder kb;
+  const int dq_smem = max_int(tile_smem(a, 3), tc_smem(a, 4, 1, 2, 1));
   // PMA: the examples in `chunks` ranges, one block per (range, seed tile, head), each summing
   // its range into fp32 partials; a second kernel adds the ranges in order.
   int64_t seed_blocks = (a->q_fixed + 63) / 64 * a->heads;
@@ -171,10 +201,10 @@ static bool emit_dq(QEmit *e, int dq) {
                                           sym_const(chunks * a->q_fixed * a->d * 4));
   if (pma) {
     kb_begin(&kb, L, e->node, kernel, sym_const(seed_blocks * chunks), 1, 64);
-    kb_smem(&kb, tile_smem(a, 3));
+    kb_smem(&kb, dq_smem);
   } else {
     int tiles = attn_tile_list(L, a, e->node, 64, false);
-    kb_begin_tiles(&kb, L, e->node, kernel, tiles, 64, tile_smem(a, 3));
+    kb_begin_tiles(&kb, L, e->node, kernel, tiles, 64, dq_smem);
   }
   kb_tensor_out(&kb, "dq", dq);
   if (pma) kb_size(&kb, "batch", (SymSize){0, 1, 0, -1});
@@ -184,9 +214,10 @@ static bool emit_dq(QEmit *e, int dq) {
   if (chunks > 1) kb_workspace(&kb, "float", "partial", partial, true);
   StrBuf body = {0};
   if (chunks > 1) sb_printf(&body, "  enum { CHUNKS = %lld };\n", (long long)chunks);
+  scale_params(e, &kb, &body, (const int[4]){a->q, a->k, a->v, a->dout});
   attn_rows_value(&body, a);
-  sb_printf(&body, "  attnq_backward_q<%lld, %s, %d>(dq, %s, qh, kh, vh, doh, kr, rows, %s,\n"
-                   "      %s%s);\n",
+  sb_printf(&body, "  attnq_backward_q_any<%lld, %s, %d>(dq, %s, qh, kh, vh, doh, kr, rows, %s,\n"
+                   "      %s, sc%s);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), e->mx ? 1 : 0, pma ? "batch" : "0LL",
             norm, pma ? "(const int *)0" : "tiles", chunks > 1 ? ", partial, CHUNKS" : "");
   kb_end(&kb, body.data);
@@ -211,6 +242,7 @@ static bool emit_dkv(QEmit *e, int dk, int dv) {
   ws[4] = quantized(e, a->q, true, "ATTNQ_Q_ROWS");
   ws[5] = quantized(e, a->dout, true, "ATTNQ_OUT_ROWS");
   static const char *const names[] = {"qh", "kh", "vh", "doh", "qr", "dor"};
+  const int quantized_of[4] = {a->q, a->k, a->v, a->dout};
   char kernel[128], norm[48];
   attn_inv_norm_literal(norm, sizeof norm, a);
   LaunchArg stats = workspace(e, a->dout, ATTN_WS_QUANT_STATS, attn_output_rows(a, a->heads * 16));
@@ -222,12 +254,13 @@ static bool emit_dkv(QEmit *e, int dk, int dv) {
     snprintf(kernel, sizeof kernel, "%s_bwd_stats", a->name);
     attn_kernel_comment(L, n, "bwd: softmax row statistics");
     kb_begin(&kb, L, e->node, kernel, (SymSize){0, q_tiles * a->heads, 0, -1}, 1, 64);
-    kb_smem(&kb, tile_smem(a, 2));
+    kb_smem(&kb, max_int(tile_smem(a, 2), tc_smem(a, 4, 1, 2, 1)));
     kb_workspace(&kb, "float4", "stats", stats, true);
     copy_params(&kb, names, ws, 4);
     attn_offsets(&kb, a);
+    scale_params(e, &kb, &body, quantized_of);
     attn_rows_value(&body, a);
-    sb_printf(&body, "  attnq_backward_stats<%lld, %s>(stats, qh, kh, vh, doh, rows, %lld);\n",
+    sb_printf(&body, "  attnq_backward_stats_any<%lld, %s>(stats, qh, kh, vh, doh, rows, %lld, sc);\n",
               (long long)a->dh, attn_act_enum(node_act(n)), (long long)q_tiles);
     kb_end(&kb, body.data);
     sb_free(&body);
@@ -235,20 +268,22 @@ static bool emit_dkv(QEmit *e, int dk, int dv) {
   snprintf(kernel, sizeof kernel, "%s_bwd_kv", a->name);
   attn_kernel_comment(L, n, dk >= 0 && dv >= 0 ? "bwd: dK, dV" : dk >= 0 ? "bwd: dK" : "bwd: dV");
   int tiles = attn_tile_list(L, a, e->node, 64, true);
-  kb_begin_tiles(&kb, L, e->node, kernel, tiles, 64, tile_smem(a, 4) + 64 * 12);
+  kb_begin_tiles(&kb, L, e->node, kernel, tiles, 64,
+                 max_int(tile_smem(a, 4) + 64 * 12, tc_smem(a, 4, 2, 2, 2)));
   if (dk >= 0) kb_tensor_out(&kb, "dk", dk);
   if (dv >= 0) kb_tensor_out(&kb, "dv", dv);
   copy_params(&kb, names, ws, 6);
   attn_offsets(&kb, a);
   kb_tiles(&kb, "tiles");
   if (softmax) kb_workspace(&kb, "float4", "stats", stats, false);
+  scale_params(e, &kb, &body, quantized_of);
   char dk_arg[48], dv_arg[48];  // a missing gradient is a typed null pointer
   snprintf(dk_arg, sizeof dk_arg, dk >= 0 ? "dk" : "(%s *)0", gt);
   snprintf(dv_arg, sizeof dv_arg, dv >= 0 ? "dv" : "(%s *)0", gt);
   attn_rows_value(&body, a);
   sb_printf(&body,
-            "  attnq_backward_kv<%lld, %s, %d>(%s, %s, qh, kh, vh, doh, qr, dor, rows, %s,\n"
-            "      %s, tiles);\n",
+            "  attnq_backward_kv_any<%lld, %s, %d>(%s, %s, qh, kh, vh, doh, qr, dor, rows, %s,\n"
+            "      %s, tiles, sc);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), e->mx ? 1 : 0, dk_arg, dv_arg, norm,
             softmax ? "stats" : "(const float4 *)0");
   kb_end(&kb, body.data);

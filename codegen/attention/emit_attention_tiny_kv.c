@@ -77,7 +77,7 @@ bool emit_attention_tiny_kv_forward(Lower *L, int node, const AttnNode *a) {
   int64_t keys = attn_max_rows(ir, a, true);
   char kernel[128], norm[48], what[160];
   attn_inv_norm_literal(norm, sizeof norm, a);
-  snprintf(kernel, sizeof kernel, "%s_fwd", a->name);
+  snprintf(kernel, sizeof kernel, "%s_tiny_fwd", a->name);
   snprintf(what, sizeof what, "fwd over at most %lld keys: operands quantized in registers, as the "
            "CPU executor quantizes them", (long long)keys);
   attn_kernel_comment(L, n, what);
@@ -117,7 +117,7 @@ bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int 
   snprintf(dk_arg, sizeof dk_arg, dk >= 0 ? "dk" : "(%s *)0", gt);
   snprintf(dv_arg, sizeof dv_arg, dv >= 0 ? "dv" : "(%s *)0", gt);
 
-  snprintf(kernel, sizeof kernel, "%s_bwd", a->name);
+  snprintf(kernel, sizeof kernel, "%s_tiny_bwd", a->name);
   snprintf(what, sizeof what, "bwd over at most %lld keys: dQ, and the sums of dK and dV per "
            "chunk of %d query rows", (long long)keys, TINY_BWD_ROWS);
   attn_kernel_comment(L, n, what);
@@ -143,7 +143,7 @@ bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int 
   sb_free(&body);
   if (dk < 0 && dv < 0) return true;
 
-  snprintf(kernel, sizeof kernel, "%s_bwd_kv_sum", a->name);
+  snprintf(kernel, sizeof kernel, "%s_tiny_bwd_kv_sum", a->name);
   attn_kernel_comment(L, n, "bwd: dK and dV, the chunks of each example summed in order");
   kb_begin(&kb, L, node, kernel, (SymSize){0, 2 * keys * a->d, 0, -1}, 256, 256);
   if (dk >= 0) kb_tensor_out(&kb, "dk", dk);

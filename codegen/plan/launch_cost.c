@@ -2,6 +2,7 @@
 #include "launch_cost.h"
 
 #include <stddef.h>
+#include <string.h>
 
 #include "ir_flops.h"
 #include "kernel_builder.h"
@@ -226,7 +227,12 @@ static LaunchCost attention_cost(const Plan *p, const BatchSizes *b, const Launc
     if (attention_matmul_launch(&p->launches[i]) && in_group(ir, l->node, p->launches[i].node))
       all += attention_matmuls(ir, &p->launches[i]);
   cost.flops = all > 0 ? group_flops * attention_matmuls(ir, l) / all : 0;
-  cost.tensor_core = n->prec != DT_FP8 && n->prec != DT_MXFP8 && !attn_simt(ir, n);
+  bool quantized = n->prec == DT_FP8 || n->prec == DT_MXFP8;
+  const Tensor *k = &ir->tensors[n->ins[1]];
+  int64_t dh = n->heads > 0 ? k->width / n->heads : 0;
+  // Quantized attention runs on mma.sync when the head width is a multiple of 16, except the
+  // tiny-key-set kernels (emit_attention_tiny_kv.c), which are SIMT.
+  cost.tensor_core = quantized ? dh % 16 == 0 && !strstr(l->kernel, "_tiny_") : !attn_simt(ir, n);
   return cost;
 }
 

@@ -37,12 +37,13 @@
 //     U = min(occurrences, rows) rows (the most distinct ids the batch can have): its header,
 //     ids and values in the launch that also takes the table (table_grad's apply, which writes
 //     the values), its header and ids only in table_grad's integer passes.
-// tensor_core says which peak bounds the FLOPs: true for bf16/fp16 GEMMs and for the mma.sync
-// and wgmma attention kernels (bf16 or fp16 operands: not attn_simt, not fp8/mxfp8); false for
-// fp32 GEMMs (cuBLASLt's CUBLAS_COMPUTE_32F: no TF32), the SIMT and quantized attention kernels
-// (fp32 arithmetic, one thread per row) and every other kernel (dot_interact included: one
-// thread per example and pair). gemc has no fp8 tensor-core path: fp8 and mxfp8 operands reach
-// the GEMM dequantized, in bf16 or fp32.
+// tensor_core says which peak bounds the FLOPs: true for bf16/fp16 GEMMs, for the mma.sync
+// and wgmma attention kernels (bf16 or fp16 operands: not attn_simt) and for the quantized
+// (fp8/mxfp8) attention kernels of head widths that are a multiple of 16 (mma.sync on the
+// quantized values, exact in bf16); false for fp32 GEMMs (cuBLASLt's CUBLAS_COMPUTE_32F: no
+// TF32), the SIMT attention kernels (fp32 arithmetic, one thread per row; the tiny-key-set
+// quantized ones too) and every other kernel (dot_interact included: one thread per example
+// and pair). fp8 and mxfp8 GEMM operands reach cuBLASLt dequantized, in bf16 or fp32.
 #ifndef GEMC_LAUNCH_COST_H
 #define GEMC_LAUNCH_COST_H
 

@@ -8,8 +8,9 @@
 //     lengths. Each stored output of each node is compared as ||gpu - cpu|| / ||cpu|| within the
 //     tolerance of the node's precision (fp32 1e-4, bf16/fp16/fp8/mxfp8 2e-2); in a relu
 //     backward, elements zero on one side only (the pre-activation rounded across 0) are
-//     counted apart, at most 1% of them; the loss and the task probabilities through the
-//     normal forward path as well.
+//     counted apart, at most 1% of them; the largest relative error is printed. The loss and
+//     the task probabilities through the normal forward path as well, within the tolerance
+//     of the least precise forward op (the loss) and 10 times it (the probabilities).
 //  2. End to end: gem_tiny trained 200 steps on the GPU and on the CPU from the same seed: the
 //     first loss within 1e-4, and every 20-step mean of the curves within 2% of each other.
 //
@@ -104,6 +105,20 @@ static bool compile_plan(const Plan *p, JitUnit **units, int *nunits, char ***pa
 
 static double tolerance(DType prec) { return prec == DT_F32 || prec == DT_F64 ? 1e-4 : 2e-2; }
 
+// The loss and the probabilities go through the whole forward path, so they are only as close
+// as its least precise op allows: a quantized (fp8, mxfp8) attention summing in another order
+// than the CPU can round a P value on an E4M3 boundary the other way, and each later
+// quantization magnifies that.
+static double path_tolerance(const Ir *ir) {
+  double tol = tolerance(ir->precision);
+  for (int i = 0; i < ir->nforward; i++) tol = fmax(tol, tolerance(ir->nodes[i].prec));
+  return tol;
+}
+
+// The largest relative error of a batch's node comparisons, and where it was.
+static double g_worst_rel;
+static char g_worst_what[320];
+
 // Compares tensor t on the GPU with the CPU executor's value; returns false on a mismatch.
 // relu' jumps at 0, so a pre-activation that rounds to the other side of 0 on one backend (a
 // bf16 GEMM summing in another order) zeroes a gradient element there and not here: a relu
@@ -166,6 +181,10 @@ static bool compare_tensor(GpuExec *g, CpuExec *x, const Ir *ir, int t, const No
     if (fabs(d) > max_abs) max_abs = fabs(d), worst = i;
   }
   double rel = norm > 0 ? sqrt(diff / norm) : sqrt(diff);
+  if (rel > g_worst_rel) {
+    g_worst_rel = rel;
+    snprintf(g_worst_what, sizeof g_worst_what, "%s, %s", what, tt->name);
+  }
   // A node computed in fp32 but stored in bf16 (bce_bwd of a bf16 logit) rounds like bf16.
   double tol = fmax(tolerance(prec), tolerance(tt->dtype));
   int64_t max_flips = n / 100 > 2 ? n / 100 : 2;
@@ -208,6 +227,8 @@ static bool feed_inputs(const Plan *p, GpuExec *g, CpuExec *x, const Launch *l, 
 static void compare_plan(const Plan *p, GpuExec *g, CpuExec *x, const char *batch_name) {
   const Ir *ir = p->ir;
   int bad = 0, compared = 0;
+  g_worst_rel = 0;
+  g_worst_what[0] = 0;
   for (int i = 0; i < p->nlaunches;) {
     const Launch *l = &p->launches[i];
     if (l->optimizer) {
@@ -240,8 +261,8 @@ static void compare_plan(const Plan *p, GpuExec *g, CpuExec *x, const char *batc
     }
     i = j;
   }
-  check(bad == 0, "%s: %s: %d node outputs compared, %d mismatched", ir->model, batch_name,
-        compared, bad);
+  check(bad == 0, "%s: %s: %d node outputs compared, %d mismatched; largest relative error %.3g "
+        "(%s)", ir->model, batch_name, compared, bad, g_worst_rel, g_worst_what);
 }
 
 static void test_model(const char *path, int64_t B) {
@@ -306,7 +327,7 @@ static void test_model(const char *path, int64_t B) {
     double gpu_loss = NAN;
     ok = ok && gpu_exec_launch(g, GPU_FORWARD, 1, err, sizeof err) &&
          gpu_exec_finish(g, &gpu_loss, err, sizeof err);
-    double tol = tolerance(m.ir.precision);
+    double tol = path_tolerance(&m.ir);
     check(ok && fabs(gpu_loss - cpu_loss) <= tol * fabs(cpu_loss) + 1e-6,
           "%s: %s: loss gpu %.7g cpu %.7g%s%s", path, names[kind], gpu_loss, cpu_loss,
           ok ? "" : ": ", ok ? "" : err);

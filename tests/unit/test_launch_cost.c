@@ -317,7 +317,8 @@ static void test_launch_cost_attention_flops_only_on_matmul_kernels(void **state
   static const char *const models[] = {"models/gem_small.gem", "models/gem_full.gem",
                                        "tests/golden/codegen_attention_fp8.gem",
                                        "tests/golden/codegen_attention_tiny_kv.gem"};
-  static const char *const matmul[] = {"_fwd", "_bwd", "_bwd_q", "_bwd_kv", "_bwd_stats"};
+  static const char *const matmul[] = {"_fwd", "_bwd_q", "_bwd_kv", "_bwd_stats", "_tiny_fwd",
+                                       "_tiny_bwd", "_bwd"};
   for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
     Case *c = open_case(models[m], NULL);
     const int64_t lens[] = {7, 1, 30};
@@ -341,6 +342,12 @@ static void test_launch_cost_attention_flops_only_on_matmul_kernels(void **state
       if (named != (k.flops > 0))
         print_message("%s: %s has %g FLOPs\n", models[m], l->kernel, k.flops);
       assert_true(named == (k.flops > 0));
+      // Quantized attention is on the tensor cores for head widths that are multiples of 16,
+      // except the tiny-key-set kernels.
+      const Node *n = &c->m.ir.nodes[l->node];
+      int64_t dh = c->m.ir.tensors[n->ins[1]].width / n->heads;
+      if (named && (n->prec == DT_FP8 || n->prec == DT_MXFP8))
+        assert_true(k.tensor_core == (dh % 16 == 0 && !strstr(l->kernel, "_tiny_")));
       carrying += named;
     }
     assert_true(carrying >= 4);
