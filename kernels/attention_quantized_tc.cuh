@@ -12,7 +12,8 @@
 // way; test_gpu_kernels compares with the executor at the fp8 tolerance (2e-2 of the norm).
 // Each block has 2 warps (64 threads, the SIMT kernels' launch) and works on 64 x 64 tiles of
 // scores: S = Q·Kᵀ (and dP = dO·Vᵀ) by mma into fp32 shared memory, an elementwise pass over
-// the tile (a warp per 32 entries of one mx block), then the second product by mma. A sweep
+// the tile's valid part (a group of adjacent lanes per mx block), then the second product by
+// mma. A sweep
 // that needs a whole row's (or column's) statistic first (softmax's max and sum, fp8's amax)
 // runs the first product once more per pass, as the SIMT kernels do.
 // Needs the prelude, attention.cuh and attention_quantized.cuh. GPU only, for head widths that
@@ -151,19 +152,13 @@ __device__ __forceinline__ void attnm_scores(float *tile, int mblocks, const bf1
   }
 }
 
-// Reductions over groups of G adjacent lanes (G a power of two, at most 32).
-template <int G> __device__ __forceinline__ float attnm_group_max(float x) {
-#pragma unroll
-  for (int off = G / 2; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
-  return x;
-}
+// Reductions over groups of `group` adjacent lanes (a power of two, at most 32).
 __device__ __forceinline__ float attnm_group_max(float x, int group) {  // group uniform
   for (int off = group / 2; off > 0; off /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, off));
   return x;
 }
-__device__ __forceinline__ float attnm_warp_sum(float x) {
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+__device__ __forceinline__ float attnm_group_sum(float x, int group) {  // group uniform
+  for (int off = group / 2; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
   return x;
 }
 
@@ -246,34 +241,39 @@ __device__ __forceinline__ void attnm_query_tile(float (&acc)[4][DH / 16][4], un
       attnm_scores<DH>(ts, mblocks, tq, tk, s_mul);
       if (need_dp) attnm_scores<DH>(tdp, mblocks, tdo, tv, dp_mul);
       __syncthreads();
-      // A warp takes 32 adjacent keys of one row: one mx block.
-      for (int x = tid; x < nq * 64; x += ATTNM_THREADS) {
-        const int row = x >> 6, kk = x & 63, j = j0 + kk;
-        const bool ok = j < jhi && attn_visible(r, i0 + row, j);
+      // Keys per row in the elementwise pass: the tile's keys rounded up to a power of two, at
+      // least 16 (the second product's k-step); a group of at most 32 lanes is one mx block.
+      const int nkt = jhi - j0 < 64 ? jhi - j0 : 64;
+      int lanes = 16;
+      while (lanes < nkt) lanes *= 2;
+      const int group = lanes < 32 ? lanes : 32, end = (nq * lanes + 63) / 64 * 64;
+      for (int x = tid; x < end; x += ATTNM_THREADS) {
+        const int row = x / lanes, kk = x % lanes, j = j0 + kk;
+        const bool ok = row < nq && j < jhi && attn_visible(r, i0 + row, j), lead = kk % group == 0;
         const float s = ts[row * ATTNM_LDS + kk];
         float value = 0.0f;
         if (pass == ATTNM_MAX) {
-          value = attnm_group_max<32>(ok ? s : -ATTN_INF);
-          if ((kk & 31) == 0) st.part[warp * 64 + row] = fmaxf(st.part[warp * 64 + row], value);
+          value = attnm_group_max(ok ? s : -ATTN_INF, group);
+          if (lead) st.part[warp * 64 + row] = fmaxf(st.part[warp * 64 + row], value);
           continue;
         }
         if (pass == ATTNM_SUM) {
-          value = attnm_warp_sum(ok ? (float)exp((double)(s - st.m[row])) : 0.0f);
-          if ((kk & 31) == 0) st.part[warp * 64 + row] += value;
+          value = attnm_group_sum(ok ? (float)exp((double)(s - st.m[row])) : 0.0f, group);
+          if (lead) st.part[warp * 64 + row] += value;
           continue;
         }
         const AttnqRow rs = row_stats(row);
         const float p = attnq_prob<ACT>(s, rs, pass == ATTNM_DOT ? 1.0 : inv_norm);
         if (pass == ATTNM_DOT) {
-          value = attnm_warp_sum(ok ? tdp[row * ATTNM_LDS + kk] * p : 0.0f);
-          if ((kk & 31) == 0) st.part[warp * 64 + row] += value;
+          value = attnm_group_sum(ok ? tdp[row * ATTNM_LDS + kk] * p : 0.0f, group);
+          if (lead) st.part[warp * 64 + row] += value;
           continue;
         }
         if (ok && MODE == ATTNM_DQ) value = attnq_grad<ACT>(s, p, tdp[row * ATTNM_LDS + kk], rs, inv_norm);
         else if (ok) value = p;
-        const float amax = attnm_group_max<32>(attnq_finite_abs(value));
+        const float amax = attnm_group_max(attnq_finite_abs(value), group);
         if (pass == ATTNM_AMAX) {
-          if ((kk & 31) == 0) st.part[warp * 64 + row] = fmaxf(st.part[warp * 64 + row], amax);
+          if (lead) st.part[warp * 64 + row] = fmaxf(st.part[warp * 64 + row], amax);
           continue;
         }
         tquant[row * ATTNM_LDT + kk] = float_to_bf16(attnm_quantize<MX>(value, amax, st.scale[row]));
@@ -508,7 +508,7 @@ __device__ __forceinline__ void attnq_backward_kv_tc(GT *__restrict__ dk, GT *__
       attnm_scores<DH>(ts, qrows / 16, tq, tk, s_mul);
       attnm_scores<DH>(tdp, qrows / 16, tdo, tv, dp_mul);
       __syncthreads();
-      for (int x = tid; x < 64 * lanes; x += ATTNM_THREADS) {
+      for (int x = tid; x < (nk * lanes + 63) / 64 * 64; x += ATTNM_THREADS) {  // rows past nk: unused
         const int kk = x / lanes, qq = x % lanes, i = i0 + qq;
         const bool ok = qq < nq && kk < nk && attn_visible(r, i, j0 + kk);
         float p = 0.0f, ds = 0.0f;
