@@ -195,6 +195,7 @@ test-codegen: $(BUILD)/gemc
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_variants.gem 2e-3
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_attention_fp8.gem 1e-3
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_attention_tiny_kv.gem 1e-3
+	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/codegen/attention_mx_head16.gem 1e-3
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_hot_table.gem 1e-5
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/gpu/models/interact_fp8.gem 1e-5
 	@tests/limits/run.sh $(BUILD)/gemc

@@ -78,10 +78,22 @@ __device__ __forceinline__ void attnq_mx_block(float *v, int n, int stride) {
 // mxfp8 along each head's features: a warp per (row, head, block of 32 of dh), a lane per
 // feature, so that a warp reads 32 adjacent values; the block's amax by a butterfly (a max:
 // the same bits as the executor's loop).
+// A head of at most 32 features that divide 32 (16, 8, ...) is one block, and DH adjacent lanes
+// take it: a thread per element, no lane idle.
 template <int DH, typename T>
 __device__ __forceinline__ void attnq_quantize_heads_mx(float *__restrict__ out, const T *__restrict__ x,
                                                         i64 rows, int d) {
-  enum { BLOCKS = (DH + ATTNQ_BLOCK - 1) / ATTNQ_BLOCK };
+  enum { BLOCKS = (DH + ATTNQ_BLOCK - 1) / ATTNQ_BLOCK, PACKED = DH < WARP_SIZE && WARP_SIZE % DH == 0 };
+  if (PACKED) {
+    const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool mine = i < rows * d;
+    const float v = mine ? attn_to_float(x[i]) : 0.0f;
+    float amax = attnq_finite_abs(v);
+    for (int off = DH / 2; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const int e = mx_block_exponent(amax);
+    if (mine) out[i] = e4m3_round(v * ldexpf(1.0f, -e)) * ldexpf(1.0f, e);
+    return;
+  }
   const int heads = d / DH;
   i64 t = ((i64)blockIdx.x * blockDim.x + threadIdx.x) / WARP_SIZE;
   const int lane = threadIdx.x % WARP_SIZE;
@@ -101,24 +113,27 @@ __device__ __forceinline__ void attnq_quantize_heads_mx(float *__restrict__ out,
 enum { ATTNQ_KV_ROWS = 0, ATTNQ_Q_ROWS = 1, ATTNQ_OUT_ROWS = 2 };
 
 // mxfp8 down each column of one example's rows (blocks of 32 from its first row): one thread
-// per (example, column). PMA's seeds (q rows, shared) are one block of rows, done once.
+// per (example, block of 32 rows, column), over `blocks` blocks per example (the longest
+// example's); a block past its example's end returns at once. PMA's seeds (q rows, shared)
+// are one example, done once.
 template <typename T>
 __device__ __forceinline__ void attnq_quantize_rows_mx(float *__restrict__ out, const T *__restrict__ x,
-                                                       const AttnRows &r, int side, i64 batch) {
+                                                       const AttnRows &r, int side, i64 batch,
+                                                       int blocks) {
   i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   i64 examples = side == ATTNQ_Q_ROWS && r.q_shared ? 1 : batch;
-  if (t >= examples * r.d) return;
-  const int b = (int)(t / r.d), c = (int)(t % r.d);
+  if (t >= examples * blocks * r.d) return;
+  const int b = (int)(t / ((i64)blocks * r.d)), rest = (int)(t % ((i64)blocks * r.d));
+  const int r0 = rest / r.d * ATTNQ_BLOCK, c = rest % r.d;
   const AttnExample e = attn_example(r, b);
   i64 start = side == ATTNQ_KV_ROWS ? e.kv_start : side == ATTNQ_Q_ROWS ? e.q_start : e.o_start;
   int len = side == ATTNQ_KV_ROWS ? e.kv_len : e.q_len;
-  for (int r0 = 0; r0 < len; r0 += ATTNQ_BLOCK) {
-    int n = len - r0 < ATTNQ_BLOCK ? len - r0 : ATTNQ_BLOCK;
-    float v[ATTNQ_BLOCK];
-    for (int i = 0; i < n; i++) v[i] = attn_to_float(x[(start + r0 + i) * r.d + c]);
-    attnq_mx_block(v, n, 1);
-    for (int i = 0; i < n; i++) out[(start + r0 + i) * r.d + c] = v[i];
-  }
+  if (r0 >= len) return;
+  int n = len - r0 < ATTNQ_BLOCK ? len - r0 : ATTNQ_BLOCK;
+  float v[ATTNQ_BLOCK];
+  for (int i = 0; i < n; i++) v[i] = attn_to_float(x[(start + r0 + i) * r.d + c]);
+  attnq_mx_block(v, n, 1);
+  for (int i = 0; i < n; i++) out[(start + r0 + i) * r.d + c] = v[i];
 }
 
 // ---------------------------------------------------------------------------------------------

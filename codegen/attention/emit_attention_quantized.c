@@ -70,13 +70,16 @@ static LaunchArg quantized(QEmit *e, int t, bool rows, const char *side) {
     return copy;
   }
   char body[256];
-  if (!rows) {  // a warp per (row, head, block of 32 features)
+  if (!rows) {  // a warp per (row, head, block of 32 features); a thread per element when
+                // the head is a block that divides a warp (attnq_quantize_heads_mx)
     int64_t blocks = (a->dh + 31) / 32;
+    bool packed = a->dh < 32 && 32 % a->dh == 0;
     snprintf(kernel, sizeof kernel, "%s_%s_mx_heads_%s", a->name, e->phase, tid);
     snprintf(what, sizeof what, "%s: %s to mxfp8 along each head's %lld features", e->phase,
              ir->tensors[t].name, (long long)a->dh);
     attn_kernel_comment(L, a->n, what);
-    kb_begin(&kb, L, e->node, kernel, sym_scale(tensor_rows(ir, t), a->heads * blocks * 32),
+    kb_begin(&kb, L, e->node, kernel,
+             sym_scale(tensor_rows(ir, t), packed ? a->d : a->heads * blocks * 32),
              QUANT_THREADS, QUANT_THREADS);
     kb_workspace(&kb, "float", "out", copy, true);
     kb_tensor_in(&kb, "x", t);
@@ -86,13 +89,14 @@ static LaunchArg quantized(QEmit *e, int t, bool rows, const char *side) {
     kb_end(&kb, body);
     return copy;
   }
-  // Down the rows: one thread per (example, column); PMA's seeds once.
+  // Down the rows: one thread per (example, block of 32 rows, column); PMA's seeds once.
   bool shared_seeds = a->q_shared && strcmp(side, "ATTNQ_Q_ROWS") == 0;
+  int64_t blocks = (attn_max_rows(ir, a, strcmp(side, "ATTNQ_KV_ROWS") == 0) + 31) / 32;
   snprintf(kernel, sizeof kernel, "%s_%s_mx_rows_%s", a->name, e->phase, tid);
   snprintf(what, sizeof what, "%s: %s to mxfp8 down each example's rows", e->phase,
            ir->tensors[t].name);
   attn_kernel_comment(L, a->n, what);
-  SymSize work = shared_seeds ? sym_const(a->d) : (SymSize){0, a->d, 0, -1};
+  SymSize work = shared_seeds ? sym_const(blocks * a->d) : (SymSize){0, blocks * a->d, 0, -1};
   kb_begin(&kb, L, e->node, kernel, work, QUANT_THREADS, QUANT_THREADS);
   kb_workspace(&kb, "float", "out", copy, true);
   kb_tensor_in(&kb, "x", t);
@@ -100,7 +104,8 @@ static LaunchArg quantized(QEmit *e, int t, bool rows, const char *side) {
   attn_offsets(&kb, a);
   StrBuf text = {0};
   attn_rows_value(&text, a);
-  sb_printf(&text, "  attnq_quantize_rows_mx(out, x, rows, %s, batch);\n", side);
+  sb_printf(&text, "  attnq_quantize_rows_mx(out, x, rows, %s, batch, %lld);\n", side,
+            (long long)blocks);
   kb_end(&kb, text.data);
   sb_free(&text);
   return copy;
@@ -119,8 +124,8 @@ static int tile_smem(const AttnNode *a, int tiles) { return (int)(tiles * 64 * a
 static int tc_smem(const AttnNode *a, int rows, int trans, int scores, int quant) {
   if (a->dh % 16) return 0;
   int dh = (int)a->dh;
-  return rows * 64 * (dh + 8) * 2 + trans * dh * 72 * 2 + scores * 64 * 65 * 4 + quant * 64 * 72 * 2 +
-         12 * 64 * 4;
+  return rows * 64 * (dh + 8) * 2 + trans * dh * 72 * 2 + scores * 64 * 65 * 4 +
+         quant * 64 * 72 * 2 + 12 * 64 * 4;
 }
 
 static int max_int(int a, int b) { return a > b ? a : b; }
@@ -130,11 +135,12 @@ static int max_int(int a, int b) { return a > b ? a : b; }
 static void scale_params(QEmit *e, KernelBuilder *kb, StrBuf *body, const int t[4]) {
   static const char *const names[] = {"amax_q", "amax_k", "amax_v", "amax_do"};
   if (e->mx) {
-    sb_puts(body, "  const AttnqScales sc = {1.0f, 1.0f, 1.0f, 1.0f};  // mxfp8: the copies hold values\n");
+    sb_puts(body, "  const AttnqScales sc = {1.0f, 1.0f, 1.0f, 1.0f};  // mxfp8: no scales\n");
     return;
   }
   for (int i = 0; i < 4; i++)
-    if (t[i] >= 0) kb_workspace(kb, "unsigned", names[i], workspace(e, t[i], ATTN_WS_AMAX, sym_const(4)), false);
+    if (t[i] >= 0)
+      kb_workspace(kb, "unsigned", names[i], workspace(e, t[i], ATTN_WS_AMAX, sym_const(4)), false);
   sb_printf(body, "  const AttnqScales sc = attnq_scales(%s, %s, %s, %s);\n",
             t[0] >= 0 ? names[0] : "0", t[1] >= 0 ? names[1] : "0", t[2] >= 0 ? names[2] : "0",
             t[3] >= 0 ? names[3] : "0");
@@ -260,7 +266,8 @@ static bool emit_dkv(QEmit *e, int dk, int dv) {
     attn_offsets(&kb, a);
     scale_params(e, &kb, &body, quantized_of);
     attn_rows_value(&body, a);
-    sb_printf(&body, "  attnq_backward_stats_any<%lld, %s>(stats, qh, kh, vh, doh, rows, %lld, sc);\n",
+    sb_printf(&body,
+              "  attnq_backward_stats_any<%lld, %s>(stats, qh, kh, vh, doh, rows, %lld, sc);\n",
               (long long)a->dh, attn_act_enum(node_act(n)), (long long)q_tiles);
     kb_end(&kb, body.data);
     sb_free(&body);
