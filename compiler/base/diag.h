@@ -55,7 +55,8 @@ void diag_note(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(pri
 void diag_vreport(Diag *d, DiagLevel level, Loc loc, const char *fmt, va_list ap);
 
 // Reads a whole file. On failure prints "gemc: error: cannot read PATH: reason" and returns
-// false. Files over 64 MiB are refused with a clear error.
+// false. Files over 64 MiB are refused with a clear error. The SourceFile owns its text and a
+// copy of `path` (what the IR and the messages point at) until source_free.
 bool source_read(SourceFile *f, const char *path);
 void source_free(SourceFile *f);
 // A source file from memory (used by tests and the fuzzer); `text` must outlive it.

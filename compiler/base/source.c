@@ -76,16 +76,18 @@ bool source_read(SourceFile *f, const char *path) {
   }
   fclose(in);
   text[size] = '\0';
-  f->path = path;
+  f->path = xstrdup(path);  // its own copy: the IR and the messages keep pointing at it
   f->text = text;
   f->size = size;
   return true;
 }
 
 void source_free(SourceFile *f) {
-  // Only for files from source_read: source_from_memory's text belongs to the caller.
+  // Only for files from source_read: source_from_memory's path and text belong to the caller.
   free((char *)(uintptr_t)f->text);
+  free((char *)(uintptr_t)f->path);
   f->text = NULL;
+  f->path = NULL;
   f->size = 0;
 }
 

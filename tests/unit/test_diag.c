@@ -271,8 +271,16 @@ static void test_source_read_whole_file(void **state) {
   assert_memory_equal(f.text, body, sizeof body - 1);
   assert_int_equal(f.text[f.size], '\0');
   assert_string_equal(f.path, path);
+  // The file keeps its own copy of the path: the caller's buffer may go (a stack buffer gave
+  // the generated kernels' comments garbage file names once).
+  assert_ptr_not_equal(f.path, path);
+  char kept[sizeof path];
+  memcpy(kept, path, sizeof path);
+  memset(path, 'x', sizeof path - 1);
+  assert_string_equal(f.path, kept);
   source_free(&f);
-  unlink(path);
+  assert_null(f.path);
+  unlink(kept);
 }
 
 // Runs source_read on `path` and returns what it printed to stderr (caller frees).
