@@ -16,6 +16,7 @@
 #include "file_io.h"         // defines: file_probe_output, file_lock_dir
 #include "internal_error.h"  // defines: GEMC_EXIT_*
 #include "load_model.h"      // defines: LoadedModel, load_model
+#include "rank_env.h"        // defines: RankEnv, rank_env_read
 #include "report_json.h"     // defines: ReportRun, report_write_json
 #include "train.h"           // defines: Trainer, TrainOptions, train_loop
 #include "jit_cache.h"       // defines: jit_cache_dir
@@ -487,6 +488,32 @@ static void print_profile(const Trainer *t, const LoopResult *r) {
   fflush(stdout);
 }
 
+static const char *env_get(const char *name, void *ctx) {
+  (void)ctx;
+  return getenv(name);
+}
+
+// A launcher's environment (rank_env.h) with more than one rank: refused, because every rank
+// would train the whole model alone and write the same outputs. World size 1 (torchrun
+// --nproc-per-node 1, srun -n 1, mpirun -n 1) trains as a single process.
+static bool single_process(void) {
+  RankEnv env;
+  char err[400];
+  if (!rank_env_read(&env, env_get, NULL, err, sizeof err)) {
+    fprintf(stderr, "gemc: error: the launcher's environment: %s\n", err);
+    return false;
+  }
+  if (env.world > 1) {
+    fprintf(stderr,
+            "gemc: error: this process is rank %d of %d (started by %s), but distributed "
+            "training is not built yet: each rank would train the whole model alone; run one "
+            "process (docs/distributed.md)\n",
+            env.rank, env.world, rank_launcher_name(env.launcher));
+    return false;
+  }
+  return true;
+}
+
 static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64_t resumed_from) {
   if (!c->quiet) print_banner(c, t, reason, resumed_from);
   LoopOptions lo = {.steps = c->steps, .eval_every = c->eval_every, .save_dir = c->save,
@@ -524,6 +551,7 @@ int cmd_train(const CliOptions *o) {
     return GEMC_EXIT_OK;
   }
   if (parsed == 0) return GEMC_EXIT_USAGE;
+  if (!single_process()) return GEMC_EXIT_USER_ERROR;
 
   char reason[160];
   if (!choose_backend(&c, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;

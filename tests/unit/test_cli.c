@@ -289,6 +289,31 @@ static int teardown_driver(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+// A launcher's environment with more than one rank is refused before any work (distributed
+// training is not built: each rank would train alone and write the same outputs); a world of
+// one trains, and a malformed variable is named.
+static void test_cli_driver_train_refuses_several_ranks(void **state) {
+  (void)state;
+  Run *r = shell_run(tmp_dir, "RANK=1 WORLD_SIZE=2 '%s' train valid.gem --steps 1", gemc_path);
+  assert_int_equal(r->rc, 1);
+  assert_non_null(strstr(r->err, "rank 1 of 2 (started by torchrun)"));
+  assert_non_null(strstr(r->err, "distributed training is not built yet"));
+  r = shell_run(tmp_dir, "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=4 '%s' train valid.gem",
+                gemc_path);
+  assert_int_equal(r->rc, 1);
+  assert_non_null(strstr(r->err, "rank 0 of 4 (started by mpirun)"));
+  r = shell_run(tmp_dir, "SLURM_PROCID=0 SLURM_NTASKS=two '%s' train valid.gem", gemc_path);
+  assert_int_equal(r->rc, 1);
+  assert_non_null(strstr(r->err, "SLURM_NTASKS=\"two\""));
+  char tiny[PATH_MAX];  // the tests run from the repository's root
+  assert_non_null(realpath("models/gem_tiny.gem", tiny));
+  r = shell_run(tmp_dir,
+                "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 '%s' train '%s' --backend cpu --steps 2 "
+                "--batch 8 --eval-examples 8 -q",
+                gemc_path, tiny);
+  assert_int_equal(r->rc, 0);
+}
+
 static void test_cli_driver_check_is_silent_on_success(void **state) {
   (void)state;
   Run *r = run_gemc("check valid.gem");
@@ -783,6 +808,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cli_driver_train_options_state_their_limits),
       cmocka_unit_test(test_cli_driver_bench_reps_states_its_limit),
       cmocka_unit_test(test_cli_driver_cr_only_line_ends_are_diagnosed),
+      cmocka_unit_test(test_cli_driver_train_refuses_several_ranks),
   };
   int failed = cmocka_run_group_tests(parse_tests, NULL, NULL);
   failed += cmocka_run_group_tests(driver_tests, setup_driver, teardown_driver);
