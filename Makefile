@@ -17,7 +17,8 @@ OPT     ?= -O2 -g
 # $(BUILD)/layers.ok refuses a path in a quoted include.
 LAYERS := compiler/base compiler/ir grammar compiler/sema compiler/passes kernels \
           codegen/plan codegen/ops codegen/attention codegen \
-          runtime/data runtime/cpu runtime/gpu runtime/comm runtime/train runtime/bench \
+          runtime/data runtime/cpu runtime/gpu runtime/comm runtime/parallel runtime/train \
+          runtime/bench \
           compiler/driver
 USES_compiler/base      :=
 USES_compiler/ir        := compiler/base
@@ -33,7 +34,8 @@ USES_runtime/data       := compiler/base compiler/ir
 USES_runtime/cpu        := $(USES_runtime/data) runtime/data
 USES_runtime/gpu        := $(USES_runtime/cpu) runtime/cpu kernels codegen/plan
 USES_runtime/comm       := $(USES_runtime/gpu) runtime/gpu
-USES_runtime/train      := $(USES_runtime/comm) runtime/comm codegen
+USES_runtime/parallel   := $(USES_runtime/comm) runtime/comm
+USES_runtime/train      := $(USES_runtime/parallel) runtime/parallel codegen
 USES_runtime/bench      := $(USES_runtime/gpu) runtime/gpu codegen codegen/attention
 USES_compiler/driver    := $(filter-out compiler/driver,$(LAYERS)) $(BUILD)/grammar
 # -I flags of the layer that holds $(1), a source file.

@@ -21,6 +21,7 @@
 #include "train.h"           // defines: Trainer, TrainOptions, train_loop
 #include "jit_cache.h"       // defines: jit_cache_dir
 #include "tune.h"            // defines: TuneOptions, tune_model
+#include "train_world.h"     // defines: TrainWorld, train_world_*
 
 enum { DEFAULT_STEPS = 100, DEFAULT_PROFILE_STEPS = 5, MAX_PROFILE_STEPS = 1000 };
 
@@ -39,8 +40,16 @@ typedef struct TrainCli {
   int64_t profile;     // --profile[=N]: steps to time launch by launch (0: none)
   int live;            // --progress: -1 auto, 0 plain, 1 live
   const char *arch;
+  const char *dense, *shard;  // --dense, --shard (distributed)
+  double bucket_mb;           // --bucket-mb; 0: the default
+  double comm_timeout;        // --comm-timeout seconds
   TrainOptions opt;
 } TrainCli;
+
+enum { DEFAULT_COMM_TIMEOUT_S = 300, MAX_BUCKET_MB = 4096 };
+
+// The world this process trains in (train_world.h): rank 0 alone prints and writes.
+static TrainWorld world;
 
 static const char train_usage[] =
     "usage: gemc train FILE [--backend cpu|cuda|auto] [--steps N] [--batch B] [--seed S]\n"
@@ -49,7 +58,9 @@ static const char train_usage[] =
     "                  [--lr X] [--beta1 X] [--beta2 X] [--eps X] [--weight-decay X]\n"
     "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
     "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n"
-    "                  [--on-nan stop|skip|skip=N] [--no-tune] [--profile[=N]]\n";
+    "                  [--on-nan stop|skip|skip=N] [--no-tune] [--profile[=N]]\n"
+    "                  [--dense data-parallel|zero1|zero2] [--shard SPEC] [--bucket-mb X]\n"
+    "                  [--comm-timeout S]\n";
 
 static void print_train_help(FILE *out) {
   fprintf(out,
@@ -84,6 +95,14 @@ static void print_train_help(FILE *out) {
           "  --on-nan A         a non-finite loss: stop (default: exit 1, naming the step and\n"
           "                     the tensor) or skip=N (skip such steps without their update;\n"
           "                     N in a row stop it; skip alone: N=%d)\n"
+          "distributed (several ranks: gemc launch, mpirun or srun; docs/distributed.md):\n"
+          "  --dense M          dense parameters: data-parallel (default), zero1 (sharded\n"
+          "                     optimizer state) or zero2 (and sharded gradients)\n"
+          "  --shard SPEC       tables: replicate (default), table, row or auto for all, or\n"
+          "                     NAME=PLACE,... per table (auto: row-wise from 2^20 rows)\n"
+          "  --bucket-mb X      dense gradients are reduced in buckets of X MiB (default 25)\n"
+          "  --comm-timeout S   a collective not done in S seconds aborts every rank\n"
+          "                     (default 300)\n"
           "optimizer overrides (the model's values otherwise):\n"
           "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X   dense parameters\n"
           "  --table-lr X, --table-eps X                               every table\n"
@@ -173,6 +192,27 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
     *(double *)(void *)((char *)&c->opt.optim + r->offset) = x;
     return 1;
   }
+  if ((got = cli_option_value(argc, argv, i, "--bucket-mb", &v)) != 0) {
+    const RealRange r = {0, MAX_BUCKET_MB, true, false};
+    if (got < 0 || !cli_parse_real("--bucket-mb", v, r, &c->bucket_mb, msg, sizeof msg))
+      return (usage(err, "--bucket-mb needs MiB in %s", cli_real_range(r, range,
+                                                                  sizeof range)), -1);
+    return 1;
+  }
+  if ((got = cli_option_value(argc, argv, i, "--comm-timeout", &v)) != 0) {
+    const RealRange r = {0, 86400, true, false};
+    if (got < 0 || !cli_parse_real("--comm-timeout", v, r, &c->comm_timeout, msg, sizeof msg))
+      return (usage(err, "--comm-timeout needs seconds in %s", cli_real_range(r, range,
+                                                                         sizeof range)), -1);
+    return 1;
+  }
+  if ((got = cli_option_value(argc, argv, i, "--dense", &v)) != 0) {
+    if (got < 0 || !dense_mode_parse(v, &c->opt.dense_mode))
+      return (usage(err, "--dense needs data-parallel, zero1 or zero2, got '%s'",
+                    got < 0 ? "" : v), -1);
+    c->dense = v;
+    return 1;
+  }
   if ((got = cli_option_value(argc, argv, i, "--backend", &v)) != 0) {
     if (got < 0 || !parse_backend(v, &c->backend))
       return (usage(err, "--backend needs cpu, cuda or auto, got '%s'", got < 0 ? "" : v), -1);
@@ -221,6 +261,7 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
       {"--resume", &c->resume, "a directory"},
       {"--arch", &c->arch, "sm_90a or sm_100a"},
       {"--artifact", &c->opt.artifact, "an artifact file (gemc build)"},
+      {"--shard", &c->shard, "row, table, replicate, auto or TABLE=PLACE,..."},
   };
   for (size_t k = 0; k < sizeof paths / sizeof paths[0]; k++) {
     if ((got = cli_option_value(argc, argv, i, paths[k].name, &v)) == 0) continue;
@@ -238,6 +279,7 @@ static int parse_train(const CliOptions *o, TrainCli *c, FILE *err) {
   c->steps = DEFAULT_STEPS;
   c->eval_every = -1;
   c->live = -1;
+  c->comm_timeout = DEFAULT_COMM_TIMEOUT_S;
   c->quiet = o->quiet;
   c->werror = o->werror;
   c->arch = o->arch;
@@ -488,32 +530,6 @@ static void print_profile(const Trainer *t, const LoopResult *r) {
   fflush(stdout);
 }
 
-static const char *env_get(const char *name, void *ctx) {
-  (void)ctx;
-  return getenv(name);
-}
-
-// A launcher's environment (rank_env.h) with more than one rank: refused, because every rank
-// would train the whole model alone and write the same outputs. World size 1 (torchrun
-// --nproc-per-node 1, srun -n 1, mpirun -n 1) trains as a single process.
-static bool single_process(void) {
-  RankEnv env;
-  char err[400];
-  if (!rank_env_read(&env, env_get, NULL, err, sizeof err)) {
-    fprintf(stderr, "gemc: error: the launcher's environment: %s\n", err);
-    return false;
-  }
-  if (env.world > 1) {
-    fprintf(stderr,
-            "gemc: error: this process is rank %d of %d (started by %s), but distributed "
-            "training is not built yet: each rank would train the whole model alone; run one "
-            "process (docs/distributed.md)\n",
-            env.rank, env.world, rank_launcher_name(env.launcher));
-    return false;
-  }
-  return true;
-}
-
 static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64_t resumed_from) {
   if (!c->quiet) print_banner(c, t, reason, resumed_from);
   LoopOptions lo = {.steps = c->steps, .eval_every = c->eval_every, .save_dir = c->save,
@@ -524,18 +540,23 @@ static int run_training(const TrainCli *c, Trainer *t, const char *reason, int64
   // A run the divergence guard (or an error) stopped exits 1, and still writes its report,
   // with the failure in it.
   bool trained = train_loop(t, &lo, &r, loop_err, sizeof loop_err);
-  if (!trained) fprintf(stderr, "gemc: error: %s\n", loop_err);
+  if (!trained) train_world_error(&world, loop_err);
   if (trained && !c->quiet) print_summary(t, &r);
   if (trained && c->profile > 0) print_profile(t, &r);
+  DistSummary dist;
+  bool distributed = trainer_distributed(t);
+  if (trained && distributed && !train_world_summary(&world, t, &dist, !c->quiet))
+    trained = false, snprintf(loop_err, sizeof loop_err, "the distributed summary failed");
   int rc = trained ? GEMC_EXIT_OK : GEMC_EXIT_USER_ERROR;
   if (c->report) {
     ReportRun run = {.source = c->file, .backend = trainer_device(t) ? "cuda" : "cpu",
                      .backend_reason = reason,
                      .data = c->opt.data_path, .lengths = synth_length_dist_name(c->opt.lengths),
                      .resumed_from = resumed_from, .resume_dir = c->resume, .save_dir = c->save,
-                     .error = trained ? NULL : loop_err};
+                     .error = trained ? NULL : loop_err,
+                     .dist = trained && distributed ? &dist : NULL};
     if (!report_write_json(c->report, t, &r, &run, err, sizeof err)) {
-      fprintf(stderr, "gemc: error: %s\n", err);
+      train_world_error(&world, err);
       rc = GEMC_EXIT_USER_ERROR;
     }
   }
@@ -551,13 +572,22 @@ int cmd_train(const CliOptions *o) {
     return GEMC_EXIT_OK;
   }
   if (parsed == 0) return GEMC_EXIT_USAGE;
-  if (!single_process()) return GEMC_EXIT_USER_ERROR;
+  if (!train_world_read(&world)) return GEMC_EXIT_USER_ERROR;
+  if (world.env.world <= 1 && (c.dense || c.shard))
+    fprintf(stderr, "gemc: warning: --dense and --shard only matter with several ranks "
+            "(gemc launch -n N; docs/distributed.md)\n");
 
   char reason[160];
   if (!choose_backend(&c, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
+  if (!train_world_join(&world, c.opt.cuda, c.comm_timeout)) return GEMC_EXIT_USER_ERROR;
+  // Only rank 0 prints the curve and writes the report; every rank takes part in a save.
+  if (!train_world_rank0(&world)) c.quiet = true, c.report = NULL, c.profile = 0;
   c.opt.gpu_log = c.quiet ? NULL : stdout;
   int lock_fd = -1;
-  if (!outputs_ready(&c, &lock_fd)) return GEMC_EXIT_USER_ERROR;
+  if (train_world_rank0(&world) && !outputs_ready(&c, &lock_fd)) {
+    train_world_leave(&world);
+    return GEMC_EXIT_USER_ERROR;
+  }
 
   LoadedModel m;
   if (!load_model(&m, c.file, c.arch, true, c.quiet, c.werror)) {
@@ -579,6 +609,15 @@ int cmd_train(const CliOptions *o) {
   }
   char err[1024];
   int rc = GEMC_EXIT_USER_ERROR;
+  if (!train_world_placement(&world, &m.ir, c.shard, err, sizeof err)) {
+    train_world_error(&world, err);
+    loaded_model_free(&m);
+    train_world_leave(&world);
+    return GEMC_EXIT_USAGE;
+  }
+  c.opt.comm = world.comm;
+  c.opt.placement = world.placement;
+  c.opt.bucket_bytes = (int64_t)(c.bucket_mb * (1 << 20));
   Schedule *sched = tuned_schedules(&c, &m.ir);
   c.opt.node_sched = sched;
   Trainer *t = trainer_new(&m.ir, &c.opt, err, sizeof err);
@@ -599,10 +638,11 @@ int cmd_train(const CliOptions *o) {
     }
   }
   if (t) rc = run_training(&c, t, reason, resumed_from);
-  else fprintf(stderr, "gemc: error: %s\n", err);
+  else train_world_error(&world, err);
   trainer_free(t);
   free(sched);
   loaded_model_free(&m);
   if (lock_fd >= 0) close(lock_fd);
+  train_world_leave(&world);
   return rc;
 }

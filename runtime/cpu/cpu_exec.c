@@ -455,7 +455,13 @@ static void run_nodes(CpuExec *x, int from, int to) {
       if (n->op == OP_BCE) store_task_probs(x, i);
     }
     cpu_pool_release_inputs(x, i);
+    if (i >= x->nforward && x->backward_hook) x->backward_hook(x->backward_hook_ctx, i);
   }
+}
+
+void cpu_exec_set_backward_hook(CpuExec *x, CpuNodeHook hook, void *ctx) {
+  x->backward_hook = hook;
+  x->backward_hook_ctx = ctx;
 }
 
 static double scalar_at(const CpuExec *x, int t) {

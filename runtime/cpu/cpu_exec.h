@@ -56,6 +56,10 @@ bool cpu_exec_set_batch(CpuExec *x, const Batch *b, char *err, size_t err_size);
 double cpu_exec_forward(CpuExec *x);
 // Runs nodes [nforward, nnodes); afterwards cpu_exec_grad holds every gradient.
 void cpu_exec_backward(CpuExec *x);
+// Calls hook(ctx, node) after each backward node ran (NULL: none). Distributed training starts
+// a bucket's all-reduce from it as soon as the bucket's gradients are final.
+typedef void (*CpuNodeHook)(void *ctx, int node);
+void cpu_exec_set_backward_hook(CpuExec *x, CpuNodeHook hook, void *ctx);
 
 // The buffer of tensor t (float * in EXEC_F32 mode, double * in EXEC_F64), and its number of
 // elements for the bound batch. Parameters and tables persist across batches. Values share

@@ -69,6 +69,8 @@ struct CpuExec {
   int64_t task_cap;
   // The value pool: each value's last reader, and the buffers.
   bool keep_values;     // every value keeps its own buffer (cpu_exec_keep_values)
+  CpuNodeHook backward_hook;  // cpu_exec_set_backward_hook
+  void *backward_hook_ctx;
   bool forward_ran;     // a forward pass since the last backward pass (pooled buffers live)
   int *last_use;        // per tensor: the last node that reads it, or -1
   PoolBlock *pool;

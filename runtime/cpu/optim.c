@@ -40,13 +40,15 @@ void optim_state_free(OptimState *s) {
 }
 
 // w -= lr (m̂ / (sqrt(v̂) + eps) + wd w), with the moments updated first.
-static void adamw_step(OptimState *s, float *w, const float *g, int64_t n) {
+// Elements [from, from + n) of w, their moments, with g[0, n).
+static void adamw_step(OptimState *s, float *w, const float *g, int64_t from, int64_t n) {
   const Optim *c = &s->cfg;
   double bc1 = 1.0 - pow(c->beta1, (double)s->step);
   double bc2 = 1.0 - pow(c->beta2, (double)s->step);
-  for (int64_t i = 0; i < n; i++) {
-    double m = c->beta1 * s->m[i] + (1.0 - c->beta1) * g[i];
-    double v = c->beta2 * s->v[i] + (1.0 - c->beta2) * (double)g[i] * g[i];
+  for (int64_t k = 0; k < n; k++) {
+    int64_t i = from + k;
+    double m = c->beta1 * s->m[i] + (1.0 - c->beta1) * g[k];
+    double v = c->beta2 * s->v[i] + (1.0 - c->beta2) * (double)g[k] * g[k];
     s->m[i] = (float)m;
     s->v[i] = (float)v;
     double mhat = (double)s->m[i] / bc1;
@@ -55,15 +57,15 @@ static void adamw_step(OptimState *s, float *w, const float *g, int64_t n) {
   }
 }
 
-void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n) {
-  GEMC_ASSERT(n == s->n);
+void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from, int64_t n) {
+  GEMC_ASSERT(from >= 0 && n >= 0 && from + n <= s->n);
   s->step++;
   switch (s->cfg.kind) {
     case OPTIM_ADAMW:
-      adamw_step(s, w, g, n);
+      adamw_step(s, w, g, from, n);
       return;
     case OPTIM_SGD:
-      for (int64_t i = 0; i < n; i++) w[i] = (float)(w[i] - s->cfg.lr * g[i]);
+      for (int64_t k = 0; k < n; k++) w[from + k] = (float)(w[from + k] - s->cfg.lr * g[k]);
       return;
     case OPTIM_NONE:  // a frozen parameter
       return;
@@ -74,7 +76,11 @@ void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n) {
                       "optim_step_dense: row-wise Adagrad on a dense parameter");
 }
 
-// FBGEMM's row-wise Adagrad on one row: s += mean(g²); w -= lr g / (sqrt(s) + eps).
+void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n) {
+  GEMC_ASSERT(n == s->n);
+  optim_step_dense_part(s, w, g, 0, n);
+}
+
 static void rowwise_adagrad_row(const Optim *c, float *state, float *w, const float *g, int64_t dim,
                                 DType storage) {
   double sum_sq = 0;

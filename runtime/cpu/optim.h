@@ -5,7 +5,8 @@
 //   Row-wise Adagrad (tables, as FBGEMM defines it): one fp32 state per row;
 //                   for each distinct row touched: s += mean(g²); w -= lr g / (sqrt(s) + eps).
 //                   Rows the batch did not touch are not changed.
-// defines: OptimState, optim_state_init, optim_step_dense, optim_step_rows
+// defines: OptimState, optim_state_init, optim_step_dense,
+//          optim_step_dense_part, optim_step_rows
 #ifndef GEMC_OPTIM_H
 #define GEMC_OPTIM_H
 
@@ -26,6 +27,10 @@ void optim_state_init(OptimState *s, Optim cfg, int64_t n, int64_t dim);
 void optim_state_free(OptimState *s);
 // One step on a dense parameter w[n] with gradient g[n].
 void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n);
+// One step on elements [from, from + n) of a dense parameter w (w and the state are the whole
+// parameter's; g holds the n gradients of those elements): the update of one ZeRO shard.
+// The step count advances as for a whole step, also when n is 0.
+void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from, int64_t n);
 // One step on a table w[rows, dim] from a rows-gradient: nrows distinct ascending ids, grad
 // nrows x dim. Rows outside the table are an internal error (the data reader checks ids).
 void optim_step_rows(OptimState *s, float *w, const int64_t *ids, const float *grad,

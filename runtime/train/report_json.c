@@ -270,6 +270,29 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
   }
   json_end_array(w);
 
+  // A distributed run (docs/distributed.md): null for a single process.
+  json_key(w, "distributed");
+  if (run->dist) {
+    const DistSummary *d = run->dist;
+    json_begin_object(w);
+    key_int(w, "world", d->world);
+    key_string(w, "backend", d->backend);
+    key_string(w, "dense", d->dense_mode);
+    key_int(w, "buckets", d->buckets);
+    key_number(w, "step_ms", 1e3 * d->step_s);
+    key_number(w, "compute_ms", 1e3 * d->compute_s);
+    key_number(w, "exposed_comm_ms", 1e3 * d->exposed_comm_s);
+    key_number(w, "local_mfu", d->local_mfu);
+    key_number(w, "e2e_mfu", d->e2e_mfu);
+    key_number(w, "scaling_ratio", d->scaling_ratio);
+    key_number(w, "straggler_spread", d->straggler_spread);
+    key_number(w, "allreduce_bus_gbps", d->allreduce_gbps);
+    key_string(w, "tables", d->placement);
+    json_end_object(w);
+  } else {
+    json_string(w, NULL);
+  }
+
   // The divergence guard: what stopped the run (null when nothing did), the steps that
   // --on-nan skip skipped, and the exploding-loss warning.
   const TrainFailure *f = trainer_failure(t);

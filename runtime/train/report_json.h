@@ -23,6 +23,7 @@ typedef struct ReportRun {
   const char *resume_dir;
   const char *save_dir;
   const char *error;           // the loop's error when it failed (the report's "failure")
+  const DistSummary *dist;     // a distributed run's numbers (rank 0 writes); NULL: alone
 } ReportRun;
 
 // Writes the report to `path` (replaced whole: a temp file, then a rename).

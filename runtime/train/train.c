@@ -16,6 +16,7 @@
 
 #include "batch.h"
 #include "batch_pipeline.h"
+#include "batch_split.h"
 #include "checked.h"
 #include "checkpoint.h"
 #include "cpu_exec.h"
@@ -98,6 +99,18 @@ struct Trainer {
   int64_t skipped_in_row;
   int64_t *skipped_steps;  // this run's, [nskipped]
   int64_t nskipped, cap_skipped;
+
+  // Distributed training (dist_* below): NULL comm: alone.
+  Comm *comm;
+  DenseSync *dense;
+  TableSync *tables;
+  Batch local;               // this rank's share of the batch
+  int64_t *split;            // [world + 1] the shares
+  OptimState **dense_states; // the dense parameters' optimizers, in dense_sync's order
+  OptimState **table_states; // [ir->ntensors] the tables' optimizers (NULL elsewhere)
+  float *probs_all;          // [B] every rank's predictions of one task
+  double dist_compute_s, dist_comm_s, global_flops, grad_bytes_s;
+  int64_t dist_steps;
 };
 
 static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
@@ -278,6 +291,10 @@ static bool setup_data_file(Trainer *t, char *err, size_t err_size) {
   return true;
 }
 
+static bool dist_setup(Trainer *t, char *err, size_t err_size);
+static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_t err_size);
+static bool dist_gather_state(Trainer *t, char *err, size_t err_size);
+
 Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) {
   GEMC_ASSERT(ir->loss >= 0);
   Trainer *t = xcalloc(1, sizeof *t);
@@ -307,6 +324,7 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     if (t->eval_count < t->B) t->eval_count = t->B;
     t->eval_first = SYNTH_EVAL_FIRST;
   }
+  if (ok && o->comm && comm_world(o->comm) > 1) ok = dist_setup(t, err, err_size);
   if (ok && o->cuda) {
     GpuSessionOptions go = {.artifact = o->artifact, .model_key = t->key, .max_batch = t->B,
                             .graphs = true, .log = o->gpu_log};
@@ -331,6 +349,13 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
 
 void trainer_free(Trainer *t) {
   if (!t) return;
+  dense_sync_free(t->dense);
+  table_sync_free(t->tables);
+  if (t->comm) batch_free(&t->local);
+  free(t->split);
+  free(t->dense_states);
+  free(t->table_states);
+  free(t->probs_all);
   pipeline_free(t->pipeline);  // before the data source and the session it uses
   for (int i = 0; i < t->ntrained; i++) optim_state_free(&t->trained[i].st);
   free(t->trained);
@@ -617,6 +642,14 @@ bool trainer_check_finite(Trainer *t, char *err, size_t err_size) {
       state_name(t, p, k - 1, name, sizeof name);
     }
   }
+  if (t->comm) {
+    char why[256] = "";
+    bool all_fine = dist_agree(t, !bad, "the state check", why, sizeof why);
+    if (why[0]) return fail(err, err_size, "%s", why);
+    if (!bad && !all_fine)
+      return fail(err, err_size, "training diverged: after step %" PRId64 ", another rank's "
+                  "state is not finite (that rank names it)", t->step);
+  }
   if (!bad) return true;
   record_failure(t, t->step, name, nan, inf, values);
   char what[320], hint[96];
@@ -740,6 +773,231 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   return true;
 }
 
+// --- distributed training ---------------------------------------------------------------
+// One rank of a world (docs/distributed.md). Every rank makes the same global batch, trains
+// on its token-balanced share of it, and agrees with the others on everything that decides
+// what happens next: the loss, the divergence guard, the state's finiteness, a save's success.
+
+static double dist_clock(void) { return now_seconds(); }
+
+static void dist_backward_hook(void *ctx, int node) {
+  Trainer *t = ctx;
+  dense_sync_node_done(t->dense, node);
+}
+
+static bool dist_setup(Trainer *t, char *err, size_t err_size) {
+  Comm *c = t->opt.comm;
+  int world = comm_world(c);
+  if (t->opt.cuda)
+    return fail(err, err_size, "distributed training on GPUs (NCCL) is not built yet: this run "
+                "has %d ranks; train the CPU executor's ranks (--backend cpu), or one GPU "
+                "(docs/distributed.md)", world);
+  if (t->B < world)
+    return fail(err, err_size, "the global batch of %" PRId64 " examples is smaller than the "
+                "%d ranks: every rank needs at least one example (--batch)", t->B, world);
+  t->comm = c;
+  t->split = xcalloc((size_t)world + 1, sizeof *t->split);
+  t->probs_all = xcalloc((size_t)t->B, sizeof *t->probs_all);
+  batch_alloc(&t->local, &t->schema, t->B);
+  int *params = xcalloc((size_t)t->ntrained + 1, sizeof *params), np = 0;
+  t->dense_states = xcalloc((size_t)t->ntrained + 1, sizeof *t->dense_states);
+  t->table_states = xcalloc((size_t)t->ir->ntensors + 1, sizeof *t->table_states);
+  for (int i = 0; i < t->ntrained; i++) {
+    Trained *p = &t->trained[i];
+    if (p->table) {
+      t->table_states[p->tensor] = &p->st;
+    } else if (ir_grad_of(t->ir, p->tensor) >= 0) {
+      t->dense_states[np] = &p->st;
+      params[np++] = p->tensor;
+    }
+  }
+  int64_t bucket = t->opt.bucket_bytes > 0 ? t->opt.bucket_bytes : DEFAULT_BUCKET_BYTES;
+  t->dense = dense_sync_new(c, t->ir, t->opt.dense_mode, bucket, params, np);
+  free(params);
+  TablePlacement *all = NULL;
+  if (!t->opt.placement) all = xcalloc((size_t)t->ir->ntensors + 1, sizeof *all);
+  t->tables = table_sync_new(c, t->ir, &t->schema, t->opt.placement ? t->opt.placement : all);
+  free(all);
+  cpu_exec_set_backward_hook(t->x, dist_backward_hook, t);
+  return true;
+}
+
+bool trainer_distributed(const Trainer *t) { return t->comm != NULL; }
+
+// A collective of a few values, timed as communication.
+static bool dist_allreduce(Trainer *t, void *v, int64_t n, CommDtype d, const char *what,
+                           char *err, size_t err_size) {
+  double t0 = dist_clock();
+  CommCall call = {.kind = COMM_ALLREDUCE, .dtype = d, .send = v, .recv = v, .count = n,
+                   .what = what};
+  bool ok = comm_run(t->comm, &call, err, err_size);
+  t->dist_comm_s += dist_clock() - t0;
+  return ok;
+}
+
+// Every rank's predictions of task k for the global batch, in example order.
+static bool dist_gather_probs(Trainer *t, int k, char *err, size_t err_size) {
+  int world = comm_world(t->comm);
+  int64_t *counts = xcalloc((size_t)world, sizeof *counts);
+  for (int r = 0; r < world; r++) counts[r] = t->split[r + 1] - t->split[r];
+  double t0 = dist_clock();
+  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = cpu_exec_task_probs(t->x, k),
+                   .recv = t->probs_all, .counts = counts, .what = "predictions"};
+  bool ok = comm_run(t->comm, &call, err, err_size);
+  t->dist_comm_s += dist_clock() - t0;
+  free(counts);
+  return ok;
+}
+
+// The updates of a step whose gradients every rank now holds reduced.
+static bool dist_apply(Trainer *t, char *err, size_t err_size) {
+  bool zero = dense_sync_mode(t->dense) != DENSE_DATA_PARALLEL;
+  for (int i = 0; i < t->ntrained; i++) {
+    Trained *p = &t->trained[i];
+    float *w = cpu_exec_data(t->x, p->tensor);
+    if (p->table) {
+      const int64_t *ids;
+      const float *g;
+      int64_t nrows;
+      table_sync_grad(t->tables, p->tensor, &ids, &g, &nrows);
+      if (ir_grad_of(t->ir, p->tensor) >= 0)
+        optim_step_rows(&p->st, w, ids, g, nrows, t->ir->tensors[p->tensor].dtype);
+    } else if (!zero) {
+      const float *g = cpu_exec_grad(t->x, p->tensor, NULL, NULL);
+      if (g) optim_step_dense(&p->st, w, g, p->numel);
+    }
+  }
+  return !zero || dense_sync_update(t->dense, t->dense_states, err, err_size);
+}
+
+static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
+  Comm *c = t->comm;
+  int rank = comm_rank(c), world = comm_world(c);
+  double start = dist_clock(), comm_before = t->dist_comm_s;
+  double tables_before = table_sync_seconds(t->tables);
+  comm_set_step(c, t->step + 1);
+  comm_test_stall(c);
+  if (!next_training_batch(t, err, err_size)) return false;
+  batch_split(&t->batch, world, t->split);
+  int64_t first = t->split[rank], n = t->split[rank + 1] - first;
+  t->local.B = n;
+  batch_copy(&t->schema, &t->local, 0, &t->batch, first, n);
+  double share = (double)n / (double)t->B;
+  dense_sync_begin(t->dense, t->x, share);
+  char reason[512];
+  if (!table_sync_fetch(t->tables, t->x, &t->local, err, err_size)) return false;
+  if (!cpu_exec_set_batch(t->x, &t->local, reason, sizeof reason))
+    return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, reason);
+  t->flops += step_flops(t->ir, &t->local, true);
+  t->global_flops += step_flops(t->ir, &t->batch, true);
+  double l = share * cpu_exec_forward(t->x);
+  if (!dist_allreduce(t, &l, 1, COMM_F64, "the loss", err, err_size)) return false;
+  if (test_nan(t)) l = NAN;
+  if (!isfinite(l)) {
+    if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
+    skip_update(t);
+  } else {
+    cpu_exec_backward(t->x);
+    // The guard looks at each rank's own gradients; any rank's bad value stops every rank.
+    char name[192] = "a gradient of another rank";
+    int64_t bad[3] = {0, 0, 0};  // NaN, Inf, values
+    if (t->opt.on_nan_skip > 0) {
+      cpu_bad_grad(t, name, sizeof name, &bad[0], &bad[1], &bad[2]);
+      if (!dist_allreduce(t, bad, 3, COMM_I64, "the divergence guard", err, err_size))
+        return false;
+    }
+    if (!dense_sync_finish(t->dense, err, err_size) ||
+        !table_sync_reduce(t->tables, t->x, share, err, err_size))
+      return false;
+    if (bad[0] + bad[1] > 0) {
+      if (!guard_step(t, name, bad[0], bad[1], bad[2], err, err_size)) return false;
+      skip_update(t);
+    }
+  }
+  if (t->skipped) {
+    l = NAN;
+  } else {
+    t->skipped_in_row = 0;
+    if (!dist_apply(t, err, err_size)) return false;
+    for (int k = 0; k < t->ntasks; k++) {
+      if (!dist_gather_probs(t, k, err, err_size)) return false;
+      metrics_add(&t->window[k], t->probs_all, task_labels(t, k), t->B);
+      metrics_add(&t->tail[k], t->probs_all, task_labels(t, k), t->B);
+    }
+  }
+  push_loss(t, l);
+  t->step++;
+  t->cursor += t->B;
+  *loss = l;
+  double took = dist_clock() - start;
+  t->dist_comm_s += table_sync_seconds(t->tables) - tables_before +
+                    dense_sync_wait_seconds(t->dense);
+  t->dist_compute_s += took - (t->dist_comm_s - comm_before);
+  t->grad_bytes_s += dense_sync_span_seconds(t->dense);
+  t->dist_steps++;
+  t->step_seconds += took;
+  t->timed_steps++;
+  return true;
+}
+
+// Every rank's answer to "is my state finite?" combined: one rank's bad value fails them all.
+static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_t err_size) {
+  int64_t bad = mine ? 0 : 1;
+  char why[256];
+  if (!dist_allreduce(t, &bad, 1, COMM_I64, what, why, sizeof why))
+    return fail(err, err_size, "%s", why);
+  return bad == 0;
+}
+
+static bool dist_gather_state(Trainer *t, char *err, size_t err_size) {
+  double t0 = dist_clock();
+  bool ok = (dense_sync_mode(t->dense) == DENSE_DATA_PARALLEL ||
+             dense_sync_gather_state(t->dense, t->dense_states, err, err_size)) &&
+            table_sync_gather(t->tables, t->x, t->table_states, err, err_size);
+  t->dist_comm_s += dist_clock() - t0;
+  return ok;
+}
+
+bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size) {
+  memset(out, 0, sizeof *out);
+  if (!t->comm) return fail(err, err_size, "not a distributed run");
+  int world = comm_world(t->comm);
+  out->world = world;
+  out->backend = comm_backend_name(t->comm);
+  out->dense_mode = dense_mode_name(dense_sync_mode(t->dense));
+  out->buckets = dense_sync_buckets(t->dense);
+  int64_t steps = t->dist_steps > 0 ? t->dist_steps : 1;
+  double mine[2] = {t->dist_compute_s / (double)steps, t->grad_bytes_s};
+  double *all = xcalloc(2 * (size_t)world, sizeof *all);
+  int64_t *twos = xcalloc((size_t)world, sizeof *twos);
+  for (int r = 0; r < world; r++) twos[r] = 2;
+  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F64, .send = mine, .recv = all,
+                   .counts = twos, .what = "the run's numbers"};
+  bool ok = comm_run(t->comm, &call, err, err_size);
+  double lo = all[0], hi = all[0];
+  for (int r = 1; ok && r < world; r++) {
+    if (all[2 * r] < lo) lo = all[2 * r];
+    if (all[2 * r] > hi) hi = all[2 * r];
+  }
+  free(all);
+  free(twos);
+  if (!ok) return false;
+  double peak = trainer_peak_tflops(t) * 1e12;
+  out->step_s = t->step_seconds / (double)steps;
+  out->compute_s = mine[0];
+  out->exposed_comm_s = out->step_s - out->compute_s;
+  out->local_mfu = t->dist_compute_s > 0 && peak > 0 ? t->flops / t->dist_compute_s / peak : 0;
+  out->e2e_mfu = t->step_seconds > 0 && peak > 0
+                     ? t->global_flops / (t->step_seconds * world) / peak : 0;
+  out->scaling_ratio = out->local_mfu > 0 ? out->e2e_mfu / out->local_mfu : 0;
+  out->straggler_spread = lo > 0 ? hi / lo : 0;
+  double bytes = 4.0 * (double)dense_sync_elements(t->dense) * (double)t->dist_steps;
+  out->allreduce_gbps = t->grad_bytes_s > 0
+                            ? bytes * 2.0 * (world - 1) / world / t->grad_bytes_s / 1e9 : 0;
+  table_sync_describe(t->tables, out->placement, sizeof out->placement);
+  return true;
+}
+
 bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double start = now_seconds();
   t->skipped = false;
@@ -757,6 +1015,7 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
     }
     return true;
   }
+  if (t->comm) return dist_step(t, loss, err, err_size);
   if (!next_training_batch(t, err, err_size) || !bind_batch(t, err, err_size)) return false;
   t->flops += step_flops(t->ir, &t->batch, true);
   double l = cpu_exec_forward(t->x);
@@ -798,6 +1057,10 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
 // --- evaluation -------------------------------------------------------------------------
 
 bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
+  // Every rank evaluates the whole held-out set on whole tables (so all agree on it).
+  if (t->comm && table_sync_any_sharded(t->tables) &&
+      !table_sync_gather(t->tables, t->x, t->table_states, err, err_size))
+    return false;
   Metrics *model = xcalloc((size_t)t->ntasks, sizeof *model);
   Metrics *teacher = xcalloc((size_t)t->ntasks, sizeof *teacher);
   float *teacher_probs = t->synth ? xcalloc((size_t)t->B, sizeof *teacher_probs) : NULL;
@@ -972,6 +1235,13 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
     return fail(err, err_size, "%s; not saved: the checkpoint in %s is left as it was", why,
                 dir);
   if (t->gpu && !gpu_state_to_host(t, err, err_size)) return false;
+  // Distributed: every rank's shards come together, and rank 0 writes the whole state, which
+  // any world size can resume from.
+  if (t->comm && !dist_gather_state(t, err, err_size)) return false;
+  if (t->comm && comm_rank(t->comm) != 0) {
+    if (dist_agree(t, true, "the checkpoint's save", err, err_size)) return true;
+    return fail(err, err_size, "rank 0 could not write the checkpoint in %s", dir);
+  }
   Entries s;
   list_entries(t, &s, t->losses, t->step, t->ncurve);
   s.counters[0] = t->cursor;
@@ -985,6 +1255,11 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   }
   bool ok = checkpoint_save(dir, t->ir->model, t->key, t->step, s.e, s.n, err, err_size);
   entries_free(&s);
+  if (t->comm) {
+    char agree_err[256];
+    if (!dist_agree(t, ok, "the checkpoint's save", agree_err, sizeof agree_err) && ok)
+      return fail(err, err_size, "%s", agree_err);
+  }
   return ok;
 }
 

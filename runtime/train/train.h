@@ -11,10 +11,13 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "comm.h"
+#include "dense_sync.h"
 #include "ir.h"
 #include "metrics.h"
 #include "profile_report.h"
 #include "synth.h"
+#include "table_sync.h"
 
 // Command-line overrides of the optimizers' hyper-parameters; NaN leaves the model's value.
 typedef struct OptimOverrides {
@@ -46,7 +49,17 @@ typedef struct TrainOptions {
   // Test hook: steps [nan_first, nan_first + nan_count) (1-based, counted from the start of
   // training) behave as if their loss were NaN. 0: none.
   int64_t test_nan_first, test_nan_count;
+  // Distributed training (docs/distributed.md): the world this process is one rank of (NULL,
+  // or a world of one: it trains alone). Each rank trains on its share of every global batch
+  // of `batch` examples. Dense parameters are kept by dense_mode, with gradients reduced in
+  // buckets of bucket_bytes (0: DEFAULT_BUCKET_BYTES); tables are placed by placement
+  // [ir->ntensors] (NULL: every table replicated). The CPU backend only, for now.
+  Comm *comm;
+  DenseMode dense_mode;
+  int64_t bucket_bytes;
+  const TablePlacement *placement;
 } TrainOptions;
+enum { DEFAULT_BUCKET_BYTES = 25 << 20 };
 void train_options_default(TrainOptions *o);
 
 // Metrics of one task over some examples (NaN where undefined).
@@ -166,6 +179,26 @@ const char *trainer_device(const Trainer *t);
 // flops / trainer_step_seconds / (peak * 1e12).
 double trainer_flops(const Trainer *t);
 double trainer_peak_tflops(const Trainer *t);
+
+// A distributed run's numbers (docs/distributed.md), gathered from every rank: call it on
+// every rank (it is a collective), at the end. Local MFU: this rank's FLOPs over its compute
+// time (the step without its waits for communication); E2E MFU: the global batch's FLOPs
+// over the step time of all ranks; Scaling Ratio = E2E / Local.
+typedef struct DistSummary {
+  int world;
+  const char *backend;      // "mpi"
+  const char *dense_mode;   // "data-parallel", "zero1", "zero2"
+  int buckets;
+  double step_s, compute_s, exposed_comm_s;  // per step, this rank (rank 0 when printed)
+  double local_mfu, e2e_mfu, scaling_ratio;
+  double straggler_spread;  // max over min of the ranks' compute time
+  double allreduce_gbps;    // the dense gradients' bus bandwidth, GB/s: 2 (n-1)/n of their
+                            // bytes over the span from the first bucket's start to the last
+                            // one's end (so at least this)
+  char placement[1024];     // the tables' placement, one line each
+} DistSummary;
+bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size);
+bool trainer_distributed(const Trainer *t);  // a world of more than one
 
 // --- the loop (train_loop.c) -------------------------------------------------------------
 

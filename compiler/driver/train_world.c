@@ -1,0 +1,121 @@
+// train_world.c: the world of a distributed `gemc train` (train_world.h).
+#include "train_world.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "checked.h"
+
+static const char *env_get(const char *name, void *ctx) {
+  (void)ctx;
+  return getenv(name);
+}
+
+bool train_world_read(TrainWorld *w) {
+  memset(w, 0, sizeof *w);
+  char err[400];
+  if (!rank_env_read(&w->env, env_get, NULL, err, sizeof err)) {
+    fprintf(stderr, "gemc: error: the launcher's environment: %s\n", err);
+    return false;
+  }
+  if (w->env.world > 1) snprintf(w->prefix, sizeof w->prefix, "rank %d: ", w->env.rank);
+  return true;
+}
+
+void train_world_error(const TrainWorld *w, const char *msg) {
+  fprintf(stderr, "gemc: %serror: %s\n", w->prefix, msg);
+}
+
+bool train_world_rank0(const TrainWorld *w) { return w->env.rank == 0; }
+
+bool train_world_join(TrainWorld *w, bool cuda, double timeout_s) {
+  if (w->env.world <= 1) return true;
+  char err[600];
+  if (cuda) {
+    snprintf(err, sizeof err, "this process is rank %d of %d (started by %s), but distributed "
+             "training on GPUs (NCCL) is not built yet; train the ranks on the CPU executor "
+             "(--backend cpu), or one process on the GPU (docs/distributed.md)", w->env.rank,
+             w->env.world, rank_launcher_name(w->env.launcher));
+    train_world_error(w, err);
+    return false;
+  }
+  if (w->env.launcher == LAUNCHER_TORCHRUN) {
+    snprintf(err, sizeof err, "this process is rank %d of %d, started by torchrun's variables, "
+             "but the CPU executor's ranks meet through OpenMPI: start them with `gemc launch "
+             "-n %d train ...`, mpirun or srun --mpi=pmix (docs/distributed.md)", w->env.rank,
+             w->env.world, w->env.world);
+    train_world_error(w, err);
+    return false;
+  }
+  w->comm = comm_open(COMM_MPI, w->env.rank, w->env.world, timeout_s, err, sizeof err);
+  if (!w->comm) {
+    train_world_error(w, err);
+    return false;
+  }
+  return true;
+}
+
+bool train_world_placement(TrainWorld *w, const Ir *ir, const char *spec, char *err,
+                           size_t err_size) {
+  if (!spec) return true;
+  w->placement = xcalloc((size_t)ir->ntensors + 1, sizeof *w->placement);
+  TablePlacement all;
+  if (table_placement_parse(spec, &all)) {
+    for (int i = 0; i < ir->ntensors; i++) w->placement[i] = all;
+    return true;
+  }
+  char *copy = xstrdup(spec), *save = NULL;
+  bool ok = true;
+  for (char *item = strtok_r(copy, ",", &save); ok && item; item = strtok_r(NULL, ",", &save)) {
+    char *eq = strchr(item, '=');
+    TablePlacement p;
+    if (!eq || !table_placement_parse(eq + 1, &p)) {
+      snprintf(err, err_size, "--shard needs row, table, replicate or auto, or TABLE=PLACE,... "
+               "with one of those; got '%s'", item);
+      ok = false;
+      break;
+    }
+    *eq = '\0';
+    int t = ir_find_tensor(ir, item);
+    if (t < 0 || ir->tensors[t].kind != TENSOR_TABLE) {
+      char names[512] = "";
+      for (int i = 0; i < ir->ntensors; i++)
+        if (ir->tensors[i].kind == TENSOR_TABLE && strlen(names) + 64 < sizeof names)
+          snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
+                   names[0] ? ", " : "", ir->tensors[i].name);
+      snprintf(err, err_size, "--shard: model %s has no table '%s' (its tables: %s)", ir->model,
+               item, names);
+      ok = false;
+      break;
+    }
+    w->placement[t] = p;
+  }
+  free(copy);
+  return ok;
+}
+
+bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *s, bool print) {
+  char err[400];
+  if (!trainer_dist_summary(t, s, err, sizeof err)) {
+    train_world_error(w, err);
+    return false;
+  }
+  if (!print) return true;
+  printf("  distributed: %d ranks (%s), dense %s in %d bucket%s; tables:\n%s\n", s->world,
+         s->backend, s->dense_mode, s->buckets, s->buckets == 1 ? "" : "s", s->placement);
+  printf("  step %.3f ms: compute %.3f ms, exposed communication %.3f ms; straggler spread "
+         "%.3f (max/min rank compute)\n", 1e3 * s->step_s, 1e3 * s->compute_s,
+         1e3 * s->exposed_comm_s, s->straggler_spread);
+  printf("  Local MFU %.4f%%  Scaling Ratio %.3f  E2E MFU %.4f%%; dense all-reduce >= %.3f "
+         "GB/s bus bandwidth\n", 100 * s->local_mfu, s->scaling_ratio, 100 * s->e2e_mfu,
+         s->allreduce_gbps);
+  fflush(stdout);
+  return true;
+}
+
+void train_world_leave(TrainWorld *w) {
+  comm_close(w->comm);
+  free(w->placement);
+  w->comm = NULL;
+  w->placement = NULL;
+}

@@ -1,0 +1,40 @@
+// train_world.h: the distributed side of `gemc train` (docs/distributed.md): the world a
+// launcher started this process in, the --dense and --shard options, and the run's
+// distributed numbers.
+// defines: TrainWorld, train_world_*
+#ifndef GEMC_TRAIN_WORLD_H
+#define GEMC_TRAIN_WORLD_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "comm.h"
+#include "ir.h"
+#include "rank_env.h"
+#include "train.h"
+
+typedef struct TrainWorld {
+  RankEnv env;
+  Comm *comm;                // NULL: a world of one
+  TablePlacement *placement; // [ir->ntensors], NULL: every table replicated
+  char prefix[32];           // "rank 1: " in a world of several, else ""
+} TrainWorld;
+
+// Reads the launcher's environment. False (message printed) when it is malformed.
+bool train_world_read(TrainWorld *w);
+// Joins a world of several ranks: the CPU executor's ranks meet through OpenMPI (mpirun,
+// `gemc launch`, srun --mpi=pmix). False, with a message printed, when this world cannot
+// train: GPU ranks (NCCL is not built yet), a launcher MPI cannot join.
+bool train_world_join(TrainWorld *w, bool cuda, double timeout_s);
+// --shard SPEC for `ir`: "row", "table", "replicate" or "auto" for every table, or
+// "NAME=PLACE,..." per table (the others replicated). False with a message in err.
+bool train_world_placement(TrainWorld *w, const Ir *ir, const char *spec, char *err,
+                           size_t err_size);
+bool train_world_rank0(const TrainWorld *w);
+// Prints "gemc: rank R: error: MSG" (or "gemc: error: MSG" alone).
+void train_world_error(const TrainWorld *w, const char *msg);
+// The distributed numbers, printed by rank 0 (a collective: every rank calls it).
+bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *out, bool print);
+void train_world_leave(TrainWorld *w);
+
+#endif

@@ -1,0 +1,191 @@
+// comm.c: the collectives of comm.h: the handles, the waits with their timeout, and the
+// backend of a world of one (COMM_SELF). comm_mpi.c is the MPI backend.
+#include "comm.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "checked.h"
+#include "comm_internal.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+size_t comm_dtype_size(CommDtype d) { return d == COMM_F32 ? 4 : 8; }
+
+static const char *kind_name(CommKind k) {
+  switch (k) {
+    case COMM_ALLREDUCE: return "all-reduce";
+    case COMM_REDUCE_SCATTER: return "reduce-scatter";
+    case COMM_ALLGATHER: return "all-gather";
+    case COMM_BROADCAST: return "broadcast";
+    default: return "all-to-all";
+  }
+}
+
+// --- a world of one -----------------------------------------------------------------------
+
+static bool self_open(Comm *c, char *err, size_t err_size) {
+  (void)err, (void)err_size;
+  c->impl = NULL;
+  return true;
+}
+
+static void copy_if(void *dst, const void *src, int64_t n, CommDtype d) {
+  if (n > 0 && dst != src) memmove(dst, src, (size_t)n * comm_dtype_size(d));
+}
+
+static bool self_start(Comm *c, CommReq *r, char *err, size_t err_size) {
+  (void)c, (void)err, (void)err_size;
+  const CommCall *k = &r->call;
+  switch (k->kind) {
+    case COMM_ALLREDUCE: copy_if(k->recv, k->send, k->count, k->dtype); break;
+    case COMM_REDUCE_SCATTER:
+    case COMM_ALLGATHER: copy_if(k->recv, k->send, k->counts[0], k->dtype); break;
+    case COMM_BROADCAST: break;
+    case COMM_ALLTOALL: copy_if(k->recv, k->send, k->send_counts[0], k->dtype); break;
+  }
+  return true;
+}
+
+static int self_test(Comm *c, CommReq *r, char *err, size_t err_size) {
+  (void)c, (void)r, (void)err, (void)err_size;
+  return 1;
+}
+
+static void self_abort(Comm *c, int code) {
+  (void)c;
+  exit(code);
+}
+
+static void self_close(Comm *c) { (void)c; }
+
+static const CommOps self_ops = {"self", self_open, self_start, self_test, self_abort,
+                                 self_close};
+
+// --- the interface ------------------------------------------------------------------------
+
+static void read_stall_hook(Comm *c) {
+  c->stall_rank = -1;
+  const char *v = getenv("GEMC_TEST_COMM_STALL");
+  int r;
+  long long s;
+  if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->stall_rank = r, c->stall_step = s;
+}
+
+Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, char *err,
+                size_t err_size) {
+  Comm *c = xcalloc(1, sizeof *c);
+  c->ops = b == COMM_MPI ? &comm_mpi_ops : &self_ops;
+  c->rank = rank;
+  c->world = world;
+  c->timeout_s = timeout_s > 0 ? timeout_s : 300;
+  read_stall_hook(c);
+  if (b == COMM_SELF && world != 1) {
+    snprintf(err, err_size, "a world of %d ranks needs a communication backend", world);
+    free(c);
+    return NULL;
+  }
+  if (!c->ops->open(c, err, err_size)) {
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+void comm_close(Comm *c) {
+  if (!c) return;
+  for (int i = 0; i < COMM_MAX_INFLIGHT; i++) free(c->reqs[i].ints);
+  c->ops->close(c);
+  free(c);
+}
+
+int comm_rank(const Comm *c) { return c ? c->rank : 0; }
+int comm_world(const Comm *c) { return c ? c->world : 1; }
+const char *comm_backend_name(const Comm *c) { return c ? c->ops->name : "self"; }
+void comm_set_step(Comm *c, int64_t step) { c->step = step; }
+
+void comm_test_stall(Comm *c) {
+  if (c->rank != c->stall_rank || c->step != c->stall_step) return;
+  fprintf(stderr, "gemc: rank %d: test: stalling at step %" PRId64 " (GEMC_TEST_COMM_STALL)\n",
+          c->rank, c->step);
+  for (;;) pause();
+}
+
+int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
+  int h = -1;
+  for (int i = 0; i < COMM_MAX_INFLIGHT && h < 0; i++)
+    if (!c->reqs[i].used) h = i;
+  if (h < 0) {
+    snprintf(err, err_size, "more than %d collectives in flight", COMM_MAX_INFLIGHT);
+    return -1;
+  }
+  CommReq *r = &c->reqs[h];
+  r->call = *call;
+  r->started = now_s();
+  r->request = NULL;
+  r->finished = false;
+  if (!r->ints) r->ints = xcalloc(4 * (size_t)c->world + 4, sizeof *r->ints);
+  if (!c->ops->start(c, r, err, err_size)) return -1;
+  r->used = true;
+  return h;
+}
+
+// Prints what timed out and ends the job; does not return.
+static void timed_out(Comm *c, const CommReq *r) {
+  fprintf(stderr, "gemc: rank %d: error: the %s of %s (step %" PRId64 ") did not finish "
+          "within %g s (--comm-timeout): another rank died or stalled; aborting every rank\n",
+          c->rank, kind_name(r->call.kind), r->call.what ? r->call.what : "data", c->step,
+          c->timeout_s);
+  fflush(stderr);
+  c->ops->abort(c, 1);
+  exit(1);
+}
+
+bool comm_wait(Comm *c, int handle, char *err, size_t err_size) {
+  if (handle < 0 || handle >= COMM_MAX_INFLIGHT || !c->reqs[handle].used) {
+    snprintf(err, err_size, "internal error: wait for collective %d, which is not in flight",
+             handle);
+    return false;
+  }
+  CommReq *r = &c->reqs[handle];
+  for (long polls = 0;; polls++) {
+    int done = r->finished ? 1 : c->ops->test(c, r, err, err_size);
+    if (done != 0) {
+      r->used = false;
+      return done > 0;
+    }
+    if (now_s() - r->started > c->timeout_s) timed_out(c, r);
+    if (polls > 1000) {
+      struct timespec nap = {0, 20000};  // 20 us: a waiting rank leaves the cores to others
+      nanosleep(&nap, NULL);
+    }
+  }
+}
+
+void comm_progress(Comm *c) {
+  char err[256];
+  for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
+    CommReq *r = &c->reqs[i];
+    if (r->used && !r->finished) r->finished = c->ops->test(c, r, err, sizeof err) > 0;
+  }
+}
+
+bool comm_run(Comm *c, const CommCall *call, char *err, size_t err_size) {
+  int h = comm_start(c, call, err, err_size);
+  return h >= 0 && comm_wait(c, h, err, err_size);
+}
+
+void comm_abort(Comm *c, int code) {
+  fflush(stdout);
+  fflush(stderr);
+  if (c) c->ops->abort(c, code);
+  exit(code);
+}

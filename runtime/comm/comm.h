@@ -1,0 +1,80 @@
+// comm.h: the collectives of distributed training, over one of these backends:
+//   COMM_SELF  a world of one process; no library (every collective is a copy or nothing);
+//   COMM_MPI   OpenMPI's libmpi.so.40, loaded lazily (comm_mpi.c): the CPU executor's ranks,
+//              which meet because mpirun (or `gemc launch`, or srun) started them together.
+// Buffers are host memory. Every collective is started (comm_start) and then waited for
+// (comm_wait), so the caller can overlap it with compute; comm_progress lets the library move
+// the started ones along between pieces of compute. A wait that does not end within the
+// timeout aborts the whole job: it prints which rank waited for which operation, and the
+// backend ends every rank with a non-zero status (MPI_Abort). It never hangs.
+// docs/distributed.md describes the choices.
+// defines: CommBackend, CommDtype, CommKind, CommCall, Comm, comm_*
+#ifndef GEMC_COMM_H
+#define GEMC_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum CommBackend { COMM_SELF, COMM_MPI } CommBackend;
+typedef enum CommDtype { COMM_F32, COMM_F64, COMM_I64 } CommDtype;
+typedef enum CommKind {
+  COMM_ALLREDUCE,       // recv[i] = sum over ranks of send[i], count elements (in place when
+                        // send == recv)
+  COMM_REDUCE_SCATTER,  // recv = this rank's part of the sum: part r holds counts[r] elements,
+                        // the parts lie in rank order in send
+  COMM_ALLGATHER,       // recv = every rank's send (counts[r] elements from rank r) in rank
+                        // order; counts[] the same on every rank
+  COMM_BROADCAST,       // recv (count elements) = root's recv
+  COMM_ALLTOALL,        // send holds send_counts[r] elements for each rank r in rank order;
+                        // recv gets recv_counts[r] from each rank r in rank order
+} CommKind;
+
+typedef struct CommCall {
+  CommKind kind;
+  CommDtype dtype;
+  const void *send;
+  void *recv;
+  int64_t count;               // allreduce, broadcast
+  const int64_t *counts;       // reduce-scatter, all-gather: [world]
+  const int64_t *send_counts;  // all-to-all: [world]
+  const int64_t *recv_counts;  // all-to-all: [world]
+  int root;                    // broadcast
+  const char *what;            // for a timeout's message: "dense gradients, bucket 2"
+} CommCall;
+
+typedef struct Comm Comm;
+
+// Joins the world. `rank` and `world` are what the launcher said (rank_env.h); the backend
+// must agree, else it is an error (an MPI launcher that is not OpenMPI's, say). timeout_s: the
+// longest a wait may take (docs/distributed.md, --comm-timeout). NULL with a message in err.
+Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, char *err,
+                size_t err_size);
+void comm_close(Comm *c);  // after every started collective was waited for
+int comm_rank(const Comm *c);
+int comm_world(const Comm *c);
+const char *comm_backend_name(const Comm *c);
+// The step the collectives belong to, for the timeout's message (0: none).
+void comm_set_step(Comm *c, int64_t step);
+
+// Starts a collective; the buffers must stay untouched until its wait. Returns a handle, or
+// -1 with a message (counts over what the backend can take, too many in flight).
+int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size);
+// Waits for a started collective. A backend error returns false with a message; a timeout
+// aborts the job (see above) and does not return.
+bool comm_wait(Comm *c, int handle, char *err, size_t err_size);
+// Lets started collectives move on; returns at once.
+void comm_progress(Comm *c);
+// comm_start and comm_wait.
+bool comm_run(Comm *c, const CommCall *call, char *err, size_t err_size);
+
+// Ends every rank of the job with `code` (MPI_Abort); a world of one exits.
+void comm_abort(Comm *c, int code);
+
+// Test hook: GEMC_TEST_COMM_STALL=R:S makes rank R sleep for ever at step S, before its
+// first collective there (tests/dist); the other ranks' waits then time out.
+void comm_test_stall(Comm *c);
+
+size_t comm_dtype_size(CommDtype d);
+
+#endif

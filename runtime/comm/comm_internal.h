@@ -1,0 +1,46 @@
+// comm_internal.h: what comm.c shares with its backends (comm_mpi.c): the started
+// collectives and the table of a backend's operations.
+// defines: CommReq, CommOps, struct Comm, comm_mpi_ops
+#ifndef GEMC_COMM_INTERNAL_H
+#define GEMC_COMM_INTERNAL_H
+
+#include "comm.h"
+
+enum { COMM_MAX_INFLIGHT = 64 };
+
+// A started collective. The MPI backend keeps its request and the int counts and
+// displacements MPI takes (they must live until the collective ends).
+typedef struct CommReq {
+  bool used;
+  bool finished;   // comm_progress saw it end
+  CommCall call;
+  double started;  // seconds (CLOCK_MONOTONIC)
+  void *request;
+  int *ints;       // 4 * world ints: counts, displacements, and a second pair for all-to-all
+} CommReq;
+
+typedef struct CommOps {
+  const char *name;
+  // Joins the world; sets c->impl. False with a message.
+  bool (*open)(Comm *c, char *err, size_t err_size);
+  bool (*start)(Comm *c, CommReq *r, char *err, size_t err_size);
+  // 1: finished; 0: not yet; -1: failed, with a message.
+  int (*test)(Comm *c, CommReq *r, char *err, size_t err_size);
+  void (*abort)(Comm *c, int code);
+  void (*close)(Comm *c);
+} CommOps;
+
+struct Comm {
+  const CommOps *ops;
+  int rank, world;
+  double timeout_s;
+  int64_t step;
+  int stall_rank;        // GEMC_TEST_COMM_STALL; -1: none
+  int64_t stall_step;
+  CommReq reqs[COMM_MAX_INFLIGHT];
+  void *impl;
+};
+
+extern const CommOps comm_mpi_ops;
+
+#endif

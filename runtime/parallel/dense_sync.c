@@ -1,0 +1,274 @@
+// dense_sync.c: the buckets of dense_sync.h.
+#include "dense_sync.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checked.h"
+
+typedef struct DParam {
+  int tensor, index;    // IR tensor; position in the caller's `params`
+  int64_t numel;
+  int final_node;       // the backward node that writes its gradient
+  int64_t offset;       // in its bucket
+} DParam;
+
+typedef struct Bucket {
+  int first, count;     // its parameters: p[first, first + count)
+  int64_t size;         // elements
+  int last_node;        // its gradients are final after this backward node
+  float *buf;           // the packed gradients, then the gathered parameters
+  float *part;          // ZeRO-2: the reduced gradients of this rank's part; ZeRO: the part to send
+  int64_t *parts;       // [world] the parts' sizes
+  int64_t own_lo, own_hi;  // this rank's part, in bucket elements
+  int handle;
+} Bucket;
+
+struct DenseSync {
+  Comm *c;
+  const Ir *ir;
+  DenseMode mode;
+  DParam *p;
+  int np;
+  Bucket *b;
+  int nb;
+  CpuExec *x;
+  double share;
+  int next;             // the next bucket to start
+  bool failed;
+  char err[320];
+  double wait_s;
+  double span_start, span_s;
+};
+
+const char *dense_mode_name(DenseMode m) {
+  return m == DENSE_ZERO1 ? "zero1" : m == DENSE_ZERO2 ? "zero2" : "data-parallel";
+}
+
+bool dense_mode_parse(const char *s, DenseMode *out) {
+  if (strcmp(s, "data-parallel") == 0 || strcmp(s, "dp") == 0) *out = DENSE_DATA_PARALLEL;
+  else if (strcmp(s, "zero1") == 0) *out = DENSE_ZERO1;
+  else if (strcmp(s, "zero2") == 0) *out = DENSE_ZERO2;
+  else return false;
+  return true;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int by_final_node(const void *a, const void *b) {
+  const DParam *x = a, *y = b;
+  if (x->final_node != y->final_node) return x->final_node < y->final_node ? -1 : 1;
+  return x->index < y->index ? -1 : x->index > y->index;
+}
+
+DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
+                          const int *params, int n) {
+  DenseSync *d = xcalloc(1, sizeof *d);
+  d->c = c;
+  d->ir = ir;
+  d->mode = mode;
+  d->p = xcalloc((size_t)n + 1, sizeof *d->p);
+  d->np = n;
+  for (int i = 0; i < n; i++) {
+    const Tensor *t = &ir->tensors[params[i]];
+    int g = ir_grad_of(ir, params[i]);
+    d->p[i] = (DParam){.tensor = params[i], .index = i,
+                       .numel = t->fixed[0] * (t->nfixed > 1 ? t->fixed[1] : 1),
+                       .final_node = g >= 0 ? ir->tensors[g].producer : ir->nnodes - 1};
+  }
+  qsort(d->p, (size_t)n, sizeof *d->p, by_final_node);
+  int64_t cap = bucket_bytes / (int64_t)sizeof(float);
+  if (cap < 1) cap = 1;
+  d->b = xcalloc((size_t)n + 1, sizeof *d->b);
+  int world = comm_world(c), rank = comm_rank(c);
+  for (int i = 0; i < n; i++) {
+    Bucket *k = d->nb ? &d->b[d->nb - 1] : NULL;
+    if (!k || (k->size > 0 && k->size + d->p[i].numel > cap)) {
+      k = &d->b[d->nb++];
+      k->first = i;
+    }
+    d->p[i].offset = k->size;
+    k->size += d->p[i].numel;
+    k->count++;
+    k->last_node = d->p[i].final_node;
+  }
+  for (int j = 0; j < d->nb; j++) {
+    Bucket *k = &d->b[j];
+    k->buf = xcalloc((size_t)k->size + 1, sizeof *k->buf);
+    k->parts = xcalloc((size_t)world, sizeof *k->parts);
+    for (int r = 0; r < world; r++)
+      k->parts[r] = k->size * (r + 1) / world - k->size * r / world;
+    k->own_lo = k->size * rank / world;
+    k->own_hi = k->size * (rank + 1) / world;
+    k->part = xcalloc((size_t)(k->own_hi - k->own_lo) + 1, sizeof *k->part);
+    k->handle = -1;
+  }
+  return d;
+}
+
+void dense_sync_free(DenseSync *d) {
+  if (!d) return;
+  for (int j = 0; j < d->nb; j++) {
+    free(d->b[j].buf);
+    free(d->b[j].part);
+    free(d->b[j].parts);
+  }
+  free(d->b);
+  free(d->p);
+  free(d);
+}
+
+DenseMode dense_sync_mode(const DenseSync *d) { return d->mode; }
+int dense_sync_buckets(const DenseSync *d) { return d->nb; }
+int64_t dense_sync_elements(const DenseSync *d) {
+  int64_t n = 0;
+  for (int j = 0; j < d->nb; j++) n += d->b[j].size;
+  return n;
+}
+double dense_sync_wait_seconds(const DenseSync *d) { return d->wait_s; }
+double dense_sync_span_seconds(const DenseSync *d) { return d->span_s; }
+
+void dense_sync_begin(DenseSync *d, CpuExec *x, double share) {
+  d->x = x;
+  d->share = share;
+  d->next = 0;
+  d->failed = false;
+  d->wait_s = 0;
+  d->span_start = 0;
+  d->span_s = 0;
+}
+
+static void start_bucket(DenseSync *d, Bucket *k, int index) {
+  if (index == 0) d->span_start = now_s();
+  float s = (float)d->share;
+  for (int i = k->first; i < k->first + k->count; i++) {
+    const float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
+    float *dst = k->buf + d->p[i].offset;
+    if (!g) memset(dst, 0, (size_t)d->p[i].numel * sizeof *dst);
+    else for (int64_t e = 0; e < d->p[i].numel; e++) dst[e] = g[e] * s;
+  }
+  char what[64];
+  snprintf(what, sizeof what, "dense gradients, bucket %d of %d", index + 1, d->nb);
+  CommCall call = {.dtype = COMM_F32, .send = k->buf, .what = what};
+  if (d->mode == DENSE_ZERO2) {
+    call.kind = COMM_REDUCE_SCATTER;
+    call.recv = k->part;
+    call.counts = k->parts;
+  } else {
+    call.kind = COMM_ALLREDUCE;
+    call.recv = k->buf;
+    call.count = k->size;
+  }
+  k->handle = comm_start(d->c, &call, d->err, sizeof d->err);
+  if (k->handle < 0) d->failed = true;
+}
+
+void dense_sync_node_done(DenseSync *d, int node) {
+  while (!d->failed && d->next < d->nb && d->b[d->next].last_node <= node) {
+    start_bucket(d, &d->b[d->next], d->next);
+    d->next++;
+  }
+  comm_progress(d->c);
+}
+
+// Waits for every bucket's collective in flight.
+static bool wait_all(DenseSync *d, char *err, size_t err_size) {
+  double t0 = now_s();
+  bool ok = true;
+  for (int j = 0; j < d->nb; j++) {
+    Bucket *k = &d->b[j];
+    if (k->handle >= 0 && !comm_wait(d->c, k->handle, err, err_size)) ok = false;
+    k->handle = -1;
+  }
+  d->wait_s += now_s() - t0;
+  return ok;
+}
+
+bool dense_sync_finish(DenseSync *d, char *err, size_t err_size) {
+  dense_sync_node_done(d, d->ir->nnodes);  // buckets the hook did not start
+  if (!wait_all(d, err, err_size)) return false;
+  if (d->nb > 0) d->span_s = now_s() - d->span_start;
+  if (d->failed) {
+    snprintf(err, err_size, "%s", d->err);
+    return false;
+  }
+  if (d->mode == DENSE_ZERO2) return true;
+  for (int j = 0; j < d->nb; j++)
+    for (int i = d->b[j].first; i < d->b[j].first + d->b[j].count; i++) {
+      float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
+      if (g) memcpy(g, d->b[j].buf + d->p[i].offset, (size_t)d->p[i].numel * sizeof *g);
+    }
+  return true;
+}
+
+// This rank's part of parameter i of bucket k, in the parameter's elements: [*from, *from + n).
+static int64_t own_range(const Bucket *k, const DParam *p, int64_t *from) {
+  int64_t lo = p->offset > k->own_lo ? p->offset : k->own_lo;
+  int64_t hi = p->offset + p->numel < k->own_hi ? p->offset + p->numel : k->own_hi;
+  if (hi <= lo) {
+    *from = 0;
+    return 0;
+  }
+  *from = lo - p->offset;
+  return hi - lo;
+}
+
+// Every bucket: this rank's part of each parameter's `which` array (0: the parameter, 1 and
+// 2: AdamW's m and v) to every rank, then unpacked.
+static bool gather_parts(DenseSync *d, OptimState *const *states, int which, char *err,
+                         size_t err_size) {
+  for (int j = 0; j < d->nb; j++) {
+    Bucket *k = &d->b[j];
+    for (int i = k->first; i < k->first + k->count; i++) {
+      const DParam *p = &d->p[i];
+      const OptimState *st = states[p->index];
+      const float *src = which == 0 ? cpu_exec_data(d->x, p->tensor) : which == 1 ? st->m : st->v;
+      int64_t from, n = own_range(k, p, &from);
+      float *dst = k->part + (p->offset + from - k->own_lo);
+      if (n > 0) {
+        if (src) memcpy(dst, src + from, (size_t)n * sizeof *dst);
+        else memset(dst, 0, (size_t)n * sizeof *dst);
+      }
+    }
+    CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = k->part,
+                     .recv = k->buf, .counts = k->parts,
+                     .what = which == 0 ? "updated parameters (ZeRO)" : "optimizer state (ZeRO)"};
+    k->handle = comm_start(d->c, &call, err, err_size);
+    if (k->handle < 0) return false;
+  }
+  if (!wait_all(d, err, err_size)) return false;
+  for (int j = 0; j < d->nb; j++)
+    for (int i = d->b[j].first; i < d->b[j].first + d->b[j].count; i++) {
+      const DParam *p = &d->p[i];
+      OptimState *st = states[p->index];
+      float *dst = which == 0 ? cpu_exec_data(d->x, p->tensor) : which == 1 ? st->m : st->v;
+      if (dst) memcpy(dst, d->b[j].buf + p->offset, (size_t)p->numel * sizeof *dst);
+    }
+  return true;
+}
+
+bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_t err_size) {
+  for (int j = 0; j < d->nb; j++) {
+    Bucket *k = &d->b[j];
+    for (int i = k->first; i < k->first + k->count; i++) {
+      const DParam *p = &d->p[i];
+      int64_t from, n = own_range(k, p, &from);
+      // ZeRO-1 reduced the whole bucket; ZeRO-2 only this rank's part.
+      const float *g = d->mode == DENSE_ZERO2 ? k->part + (p->offset + from - k->own_lo)
+                                              : k->buf + p->offset + from;
+      optim_step_dense_part(states[p->index], cpu_exec_data(d->x, p->tensor), g, from, n);
+    }
+  }
+  return gather_parts(d, states, 0, err, err_size);
+}
+
+bool dense_sync_gather_state(DenseSync *d, OptimState *const *states, char *err,
+                             size_t err_size) {
+  return gather_parts(d, states, 1, err, err_size) && gather_parts(d, states, 2, err, err_size);
+}

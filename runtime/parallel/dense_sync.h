@@ -1,0 +1,62 @@
+// dense_sync.h: the dense parameters' gradients across ranks, in buckets.
+//   - Data parallel: each bucket's gradients are all-reduced as soon as the backward pass has
+//     finished all of them (dense_sync_node_done runs after every backward node), so the
+//     communication overlaps the rest of the backward. Every rank then applies the same
+//     update to the same parameters.
+//   - ZeRO-1: the same all-reduce, but each rank owns one contiguous part of every bucket and
+//     updates only that part (its optimizer arithmetic and state are 1/world of the whole);
+//     the updated parameters are then all-gathered.
+//   - ZeRO-2: a reduce-scatter instead of the all-reduce, so each rank receives only the
+//     reduced gradients of its part; then the same update and all-gather as ZeRO-1.
+// A rank's gradients are scaled by its share of the global batch (its examples / B) before
+// the sum, so the result is the gradient of the global batch's mean loss.
+// defines: DenseMode, DenseSync, dense_sync_*
+#ifndef GEMC_DENSE_SYNC_H
+#define GEMC_DENSE_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comm.h"
+#include "cpu_exec.h"
+#include "ir.h"
+#include "optim.h"
+
+typedef enum DenseMode { DENSE_DATA_PARALLEL, DENSE_ZERO1, DENSE_ZERO2 } DenseMode;
+const char *dense_mode_name(DenseMode m);        // "data-parallel", "zero1", "zero2"
+bool dense_mode_parse(const char *s, DenseMode *out);
+
+typedef struct DenseSync DenseSync;
+
+// params[n]: the IR tensors of the dense parameters that have gradients. Buckets hold whole
+// parameters, in the order the backward pass finishes their gradients, up to bucket_bytes
+// (one parameter larger than that is a bucket of its own).
+DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
+                          const int *params, int n);
+void dense_sync_free(DenseSync *d);
+DenseMode dense_sync_mode(const DenseSync *d);
+int dense_sync_buckets(const DenseSync *d);
+int64_t dense_sync_elements(const DenseSync *d);  // gradient elements sent per step
+
+// A step's backward pass: begin (share = this rank's examples / B), then node_done after each
+// backward node, then finish, which waits for every bucket. After finish, data parallel and
+// ZeRO-1 have the global gradients in the executor's gradient buffers; ZeRO-2 has them only
+// for this rank's parts, inside the sync.
+void dense_sync_begin(DenseSync *d, CpuExec *x, double share);
+void dense_sync_node_done(DenseSync *d, int node);
+bool dense_sync_finish(DenseSync *d, char *err, size_t err_size);
+// ZeRO: the update of this rank's parts (states[i]: parameter i's optimizer, in the order of
+// `params`), then the all-gather of the updated parameters. Each state's step advances.
+bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_t err_size);
+// ZeRO, before a checkpoint: every rank's parts of the AdamW moments to every rank, so each
+// state is whole again.
+bool dense_sync_gather_state(DenseSync *d, OptimState *const *states, char *err,
+                             size_t err_size);
+// Seconds this step spent waiting in finish and update (the exposed communication).
+double dense_sync_wait_seconds(const DenseSync *d);
+// Seconds from the step's first bucket start to the end of finish (the gradients' reduction,
+// overlapped or not).
+double dense_sync_span_seconds(const DenseSync *d);
+
+#endif

@@ -1,0 +1,448 @@
+// table_sync.c: the table placements of table_sync.h.
+#include "table_sync.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "checked.h"
+
+typedef struct TState {
+  int tensor;
+  int64_t rows, dim;
+  TablePlacement place;     // decided: never PLACE_AUTO
+  int owner;                // table-wise: the rank that holds it
+  bool dealt;               // table-wise: owner decided
+  int *features;            // the schema's id features looked up in it
+  int nfeatures;
+  // The reduced gradient of the rows this rank updates (table_sync_reduce).
+  int64_t *ids, n, cap;
+  float *g;
+} TState;
+
+struct TableSync {
+  Comm *c;
+  const Ir *ir;
+  const Schema *schema;
+  TState *t;
+  int nt;
+  int world, rank;
+  int64_t *send_counts, *recv_counts;  // [world] each
+  double seconds;
+};
+
+const char *table_placement_name(TablePlacement p) {
+  switch (p) {
+    case PLACE_TABLE: return "table";
+    case PLACE_ROW: return "row";
+    case PLACE_AUTO: return "auto";
+    default: return "replicate";
+  }
+}
+
+bool table_placement_parse(const char *s, TablePlacement *out) {
+  static const TablePlacement all[] = {PLACE_REPLICATE, PLACE_TABLE, PLACE_ROW, PLACE_AUTO};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(s, table_placement_name(all[i])) == 0) {
+      *out = all[i];
+      return true;
+    }
+  return false;
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int owner_of(const TableSync *s, const TState *t, int64_t id) {
+  return t->place == PLACE_TABLE ? t->owner : (int)(id % s->world);
+}
+
+static int64_t owned_rows(const TableSync *s, const TState *t, int rank) {
+  if (t->place == PLACE_TABLE) return t->owner == rank ? t->rows : 0;
+  return t->rows > rank ? (t->rows - rank + s->world - 1) / s->world : 0;
+}
+
+TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
+                          const TablePlacement *placement) {
+  TableSync *s = xcalloc(1, sizeof *s);
+  s->c = c;
+  s->ir = ir;
+  s->schema = schema;
+  s->world = comm_world(c);
+  s->rank = comm_rank(c);
+  s->send_counts = xcalloc((size_t)s->world, sizeof *s->send_counts);
+  s->recv_counts = xcalloc((size_t)s->world, sizeof *s->recv_counts);
+  s->t = xcalloc((size_t)ir->ntensors + 1, sizeof *s->t);
+  double *load = xcalloc((size_t)s->world, sizeof *load);
+  for (int i = 0; i < ir->ntensors; i++) {
+    const Tensor *x = &ir->tensors[i];
+    if (x->kind != TENSOR_TABLE) continue;
+    TState *t = &s->t[s->nt++];
+    t->tensor = i;
+    t->rows = x->fixed[0];
+    t->dim = x->nfixed > 1 ? x->fixed[1] : 1;
+    t->place = placement[i];
+    if (t->place == PLACE_AUTO) t->place = t->rows >= AUTO_ROW_WISE_ROWS ? PLACE_ROW : PLACE_REPLICATE;
+    if (s->world == 1) t->place = PLACE_REPLICATE;
+    t->features = xcalloc((size_t)schema->nfeatures + 1, sizeof *t->features);
+    for (int f = 0; f < schema->nfeatures; f++)
+      for (int k = 0; k < ir->nnodes; k++) {
+        const Node *n = &ir->nodes[k];
+        if ((n->op == OP_EMBED || n->op == OP_EMBED_POOL) && n->nins >= 2 && n->ins[0] == i &&
+            n->ins[1] == schema->features[f].tensor) {
+          t->features[t->nfeatures++] = f;
+          break;
+        }
+      }
+  }
+  // Table-wise tables go, largest first, to the rank holding the fewest bytes so far (the
+  // order of equal sizes is the IR's, so every rank decides the same).
+  for (;;) {
+    TState *big = NULL;
+    for (int k = 0; k < s->nt; k++)
+      if (s->t[k].place == PLACE_TABLE && !s->t[k].dealt &&
+          (!big || s->t[k].rows * s->t[k].dim > big->rows * big->dim))
+        big = &s->t[k];
+    if (!big) break;
+    int best = 0;
+    for (int r = 1; r < s->world; r++)
+      if (load[r] < load[best]) best = r;
+    big->owner = best;
+    load[best] += (double)(big->rows * big->dim);
+    big->dealt = true;
+  }
+  free(load);
+  return s;
+}
+
+void table_sync_free(TableSync *s) {
+  if (!s) return;
+  for (int k = 0; k < s->nt; k++) {
+    free(s->t[k].features);
+    free(s->t[k].ids);
+    free(s->t[k].g);
+  }
+  free(s->t);
+  free(s->send_counts);
+  free(s->recv_counts);
+  free(s);
+}
+
+static const TState *find(const TableSync *s, int table) {
+  for (int k = 0; k < s->nt; k++)
+    if (s->t[k].tensor == table) return &s->t[k];
+  return NULL;
+}
+
+TablePlacement table_sync_placement(const TableSync *s, int table) {
+  const TState *t = find(s, table);
+  return t ? t->place : PLACE_REPLICATE;
+}
+
+bool table_sync_any_sharded(const TableSync *s) {
+  for (int k = 0; k < s->nt; k++)
+    if (s->t[k].place != PLACE_REPLICATE) return true;
+  return false;
+}
+
+void table_sync_describe(const TableSync *s, char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < s->nt && at < size; k++) {
+    const TState *t = &s->t[k];
+    char where[64];
+    if (t->place == PLACE_ROW) snprintf(where, sizeof where, "row-wise over %d ranks", s->world);
+    else if (t->place == PLACE_TABLE) snprintf(where, sizeof where, "table-wise, on rank %d", t->owner);
+    else snprintf(where, sizeof where, "replicated on every rank");
+    int n = snprintf(buf + at, size - at, "%s  %s: %" PRId64 " x %" PRId64 ", %s", at ? "\n" : "",
+                     s->ir->tensors[t->tensor].name, t->rows, t->dim, where);
+    if (n < 0) break;
+    at += (size_t)n;
+  }
+}
+
+// --- exchanges ---------------------------------------------------------------------------
+
+// All-to-all of this rank's send_counts, so recv_counts says what each rank sends here.
+static bool exchange_counts(TableSync *s, const char *what, char *err, size_t err_size) {
+  int64_t *ones = xcalloc((size_t)s->world, sizeof *ones);
+  for (int r = 0; r < s->world; r++) ones[r] = 1;
+  CommCall call = {.kind = COMM_ALLTOALL, .dtype = COMM_I64, .send = s->send_counts,
+                   .recv = s->recv_counts, .send_counts = ones, .recv_counts = ones,
+                   .what = what};
+  bool ok = comm_run(s->c, &call, err, err_size);
+  free(ones);
+  return ok;
+}
+
+// All-to-all with per-peer counts scaled by `width` elements each.
+static bool exchange(TableSync *s, CommDtype dtype, const void *send, void *recv,
+                     int64_t width, const char *what, char *err, size_t err_size) {
+  int64_t *sc = xcalloc((size_t)s->world, sizeof *sc), *rc = xcalloc((size_t)s->world, sizeof *rc);
+  for (int r = 0; r < s->world; r++) sc[r] = s->send_counts[r] * width, rc[r] = s->recv_counts[r] * width;
+  CommCall call = {.kind = COMM_ALLTOALL, .dtype = dtype, .send = send, .recv = recv,
+                   .send_counts = sc, .recv_counts = rc, .what = what};
+  bool ok = comm_run(s->c, &call, err, err_size);
+  free(sc);
+  free(rc);
+  return ok;
+}
+
+static int64_t sum_counts(const int64_t *c, int n) {
+  int64_t s = 0;
+  for (int r = 0; r < n; r++) s += c[r];
+  return s;
+}
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return x < y ? -1 : x > y;
+}
+
+// The distinct ids of table t that batch b reads, ascending; *n of them (caller frees).
+static int64_t *batch_ids(const TableSync *s, const TState *t, const Batch *b, int64_t *n) {
+  int64_t total = 0;
+  for (int k = 0; k < t->nfeatures; k++) {
+    const Feature *f = &s->schema->features[t->features[k]];
+    total += (f->jag >= 0 ? b->total[f->jag] : b->B) * f->width;
+  }
+  int64_t *ids = xcalloc((size_t)total + 1, sizeof *ids), m = 0;
+  for (int k = 0; k < t->nfeatures; k++) {
+    const Feature *f = &s->schema->features[t->features[k]];
+    int64_t cnt = (f->jag >= 0 ? b->total[f->jag] : b->B) * f->width;
+    memcpy(ids + m, b->ids[t->features[k]], (size_t)cnt * sizeof *ids);
+    m += cnt;
+  }
+  qsort(ids, (size_t)m, sizeof *ids, cmp_i64);
+  int64_t u = 0;
+  for (int64_t i = 0; i < m; i++)
+    if (u == 0 || ids[i] != ids[u - 1]) ids[u++] = ids[i];
+  *n = u;
+  return ids;
+}
+
+// Orders ids[n] (ascending) by owner, each owner's ids still ascending, into out; sets
+// send_counts. perm[i]: where ids[i] went (may be NULL).
+static void by_owner(TableSync *s, const TState *t, const int64_t *ids, int64_t n,
+                     int64_t *out, int64_t *perm) {
+  memset(s->send_counts, 0, (size_t)s->world * sizeof *s->send_counts);
+  for (int64_t i = 0; i < n; i++) s->send_counts[owner_of(s, t, ids[i])]++;
+  int64_t *at = xcalloc((size_t)s->world, sizeof *at);
+  for (int r = 1; r < s->world; r++) at[r] = at[r - 1] + s->send_counts[r - 1];
+  for (int64_t i = 0; i < n; i++) {
+    int64_t to = at[owner_of(s, t, ids[i])]++;
+    out[to] = ids[i];
+    if (perm) perm[i] = to;
+  }
+  free(at);
+}
+
+bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_t err_size) {
+  double t0 = now_s();
+  bool ok = true;
+  for (int k = 0; ok && k < s->nt; k++) {
+    TState *t = &s->t[k];
+    if (t->place == PLACE_REPLICATE) continue;
+    int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
+    for (int64_t i = 0; i < n; i++)  // the ids this rank does not own
+      if (owner_of(s, t, all[i]) != s->rank) all[m++] = all[i];
+    int64_t *want = xcalloc((size_t)m + 1, sizeof *want);
+    by_owner(s, t, all, m, want, NULL);
+    ok = exchange_counts(s, "table row counts", err, err_size);
+    int64_t nask = ok ? sum_counts(s->recv_counts, s->world) : 0;
+    int64_t *asked = xcalloc((size_t)nask + 1, sizeof *asked);
+    ok = ok && exchange(s, COMM_I64, want, asked, 1, "table row ids", err, err_size);
+    float *w = cpu_exec_data(x, t->tensor);
+    float *give = xcalloc((size_t)(nask * t->dim) + 1, sizeof *give);
+    for (int64_t i = 0; ok && i < nask; i++)
+      memcpy(give + i * t->dim, w + asked[i] * t->dim, (size_t)t->dim * sizeof *give);
+    float *got = xcalloc((size_t)(m * t->dim) + 1, sizeof *got);
+    // The answers travel back: what this rank was asked is what it sends.
+    int64_t *swap = s->send_counts;
+    s->send_counts = s->recv_counts;
+    s->recv_counts = swap;
+    ok = ok && exchange(s, COMM_F32, give, got, t->dim, "table rows", err, err_size);
+    for (int64_t i = 0; ok && i < m; i++)
+      memcpy(w + want[i] * t->dim, got + i * t->dim, (size_t)t->dim * sizeof *got);
+    free(all);
+    free(want);
+    free(asked);
+    free(give);
+    free(got);
+  }
+  s->seconds += now_s() - t0;
+  return ok;
+}
+
+typedef struct Entry {
+  int64_t id, pos;
+} Entry;
+
+static int by_id_then_pos(const void *a, const void *b) {
+  const Entry *x = a, *y = b;
+  if (x->id != y->id) return x->id < y->id ? -1 : 1;
+  return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+// The rows of every rank, in rank order (ids[n], vals[n x dim]), summed per distinct id in
+// rank order into t's result.
+static void merge(TState *t, const int64_t *ids, const float *vals, int64_t n) {
+  Entry *e = xcalloc((size_t)n + 1, sizeof *e);
+  for (int64_t i = 0; i < n; i++) e[i] = (Entry){ids[i], i};
+  qsort(e, (size_t)n, sizeof *e, by_id_then_pos);
+  if (n > t->cap) {
+    free(t->ids);
+    free(t->g);
+    t->cap = n;
+    t->ids = xcalloc((size_t)n, sizeof *t->ids);
+    t->g = xcalloc((size_t)(n * t->dim), sizeof *t->g);
+  }
+  t->n = 0;
+  for (int64_t i = 0; i < n; i++) {
+    const float *v = vals + e[i].pos * t->dim;
+    float *dst;
+    if (t->n > 0 && t->ids[t->n - 1] == e[i].id) {
+      dst = t->g + (t->n - 1) * t->dim;
+      for (int64_t d = 0; d < t->dim; d++) dst[d] += v[d];
+    } else {
+      t->ids[t->n] = e[i].id;
+      dst = t->g + t->n * t->dim;
+      memcpy(dst, v, (size_t)t->dim * sizeof *dst);
+      t->n++;
+    }
+  }
+  free(e);
+}
+
+static bool reduce_table(TableSync *s, TState *t, CpuExec *x, double share, char *err,
+                         size_t err_size) {
+  int64_t n = 0;
+  const int64_t *ids = NULL;
+  const float *g = cpu_exec_grad(x, t->tensor, &n, &ids);
+  if (!g) n = 0;
+  float *scaled = xcalloc((size_t)(n * t->dim) + 1, sizeof *scaled);
+  int64_t *send_ids = xcalloc((size_t)n + 1, sizeof *send_ids), *perm = NULL;
+  bool ok;
+  if (t->place == PLACE_REPLICATE) {
+    // Every rank sends its rows to every rank: an all-to-all with the same data for each.
+    memcpy(send_ids, ids, (size_t)n * sizeof *send_ids);
+    for (int64_t i = 0; i < n * t->dim; i++) scaled[i] = g[i] * (float)share;
+    int64_t *counts = xcalloc((size_t)s->world, sizeof *counts), one = n;
+    int64_t *ones = xcalloc((size_t)s->world, sizeof *ones);
+    for (int r = 0; r < s->world; r++) ones[r] = 1;
+    CommCall cc = {.kind = COMM_ALLGATHER, .dtype = COMM_I64, .send = &one, .recv = counts,
+                   .counts = ones, .what = "table gradient row counts"};
+    ok = comm_run(s->c, &cc, err, err_size);
+    int64_t total = ok ? sum_counts(counts, s->world) : 0;
+    int64_t *all_ids = xcalloc((size_t)total + 1, sizeof *all_ids);
+    float *all_g = xcalloc((size_t)(total * t->dim) + 1, sizeof *all_g);
+    CommCall ci = {.kind = COMM_ALLGATHER, .dtype = COMM_I64, .send = send_ids,
+                   .recv = all_ids, .counts = counts, .what = "table gradient ids"};
+    ok = ok && comm_run(s->c, &ci, err, err_size);
+    for (int r = 0; r < s->world; r++) counts[r] *= t->dim;
+    CommCall cg = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = scaled, .recv = all_g,
+                   .counts = counts, .what = "table gradient rows"};
+    ok = ok && comm_run(s->c, &cg, err, err_size);
+    if (ok) merge(t, all_ids, all_g, total);
+    free(counts);
+    free(ones);
+    free(all_ids);
+    free(all_g);
+  } else {
+    perm = xcalloc((size_t)n + 1, sizeof *perm);
+    by_owner(s, t, ids, n, send_ids, perm);
+    for (int64_t i = 0; i < n; i++)
+      for (int64_t d = 0; d < t->dim; d++)
+        scaled[perm[i] * t->dim + d] = g[i * t->dim + d] * (float)share;
+    ok = exchange_counts(s, "table gradient row counts", err, err_size);
+    int64_t total = ok ? sum_counts(s->recv_counts, s->world) : 0;
+    int64_t *got_ids = xcalloc((size_t)total + 1, sizeof *got_ids);
+    float *got_g = xcalloc((size_t)(total * t->dim) + 1, sizeof *got_g);
+    ok = ok && exchange(s, COMM_I64, send_ids, got_ids, 1, "table gradient ids", err, err_size) &&
+         exchange(s, COMM_F32, scaled, got_g, t->dim, "table gradient rows", err, err_size);
+    if (ok) merge(t, got_ids, got_g, total);
+    free(got_ids);
+    free(got_g);
+  }
+  free(scaled);
+  free(send_ids);
+  free(perm);
+  return ok;
+}
+
+bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size) {
+  double t0 = now_s();
+  bool ok = true;
+  for (int k = 0; ok && k < s->nt; k++) ok = reduce_table(s, &s->t[k], x, share, err, err_size);
+  s->seconds += now_s() - t0;
+  return ok;
+}
+
+void table_sync_grad(const TableSync *s, int table, const int64_t **ids, const float **g,
+                     int64_t *nrows) {
+  const TState *t = find(s, table);
+  *ids = t ? t->ids : NULL;
+  *g = t ? t->g : NULL;
+  *nrows = t ? t->n : 0;
+}
+
+// Rank r's owned rows of t, in order, written to out (width floats per row) from src, or
+// read back from it (unpack).
+static void owned_pack(const TableSync *s, const TState *t, int rank, float *rows, float *packed,
+                       int64_t width, bool unpack) {
+  int64_t k = 0;
+  int64_t first = t->place == PLACE_TABLE ? 0 : rank, stride = t->place == PLACE_TABLE ? 1 : s->world;
+  for (int64_t id = first; id < t->rows; id += stride, k++) {
+    float *a = rows + id * width, *b = packed + k * width;
+    if (unpack) memcpy(a, b, (size_t)width * sizeof *a);
+    else memcpy(b, a, (size_t)width * sizeof *a);
+  }
+}
+
+static bool gather_array(TableSync *s, const TState *t, float *rows, int64_t width,
+                         const char *what, char *err, size_t err_size) {
+  int64_t *counts = xcalloc((size_t)s->world, sizeof *counts), *at = xcalloc((size_t)s->world, sizeof *at);
+  int64_t total = 0;
+  for (int r = 0; r < s->world; r++) {
+    at[r] = total;
+    counts[r] = owned_rows(s, t, r) * width;
+    total += counts[r];
+  }
+  float *mine = xcalloc((size_t)counts[s->rank] + 1, sizeof *mine);
+  float *all = xcalloc((size_t)total + 1, sizeof *all);
+  if (owned_rows(s, t, s->rank) > 0) owned_pack(s, t, s->rank, rows, mine, width, false);
+  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = mine, .recv = all,
+                   .counts = counts, .what = what};
+  bool ok = comm_run(s->c, &call, err, err_size);
+  for (int r = 0; ok && r < s->world; r++)
+    if (counts[r] > 0) owned_pack(s, t, r, rows, all + at[r], width, true);
+  free(counts);
+  free(at);
+  free(mine);
+  free(all);
+  return ok;
+}
+
+bool table_sync_gather(TableSync *s, CpuExec *x, OptimState *const *states, char *err,
+                       size_t err_size) {
+  double t0 = now_s();
+  bool ok = true;
+  for (int k = 0; ok && k < s->nt; k++) {
+    const TState *t = &s->t[k];
+    if (t->place == PLACE_REPLICATE) continue;
+    ok = gather_array(s, t, cpu_exec_data(x, t->tensor), t->dim, "sharded table rows", err,
+                      err_size);
+    const OptimState *st = states[t->tensor];
+    if (ok && st && st->rowsum)
+      ok = gather_array(s, t, st->rowsum, 1, "sharded table optimizer state", err, err_size);
+  }
+  s->seconds += now_s() - t0;
+  return ok;
+}
+
+double table_sync_seconds(const TableSync *s) { return s->seconds; }

@@ -1,0 +1,60 @@
+// table_sync.h: embedding tables across ranks. Each table is one of:
+//   - replicated: every rank holds it and applies the same update. The rows' gradients of all
+//     ranks are all-gathered and summed per row, in rank order;
+//   - table-wise: the whole table belongs to one rank (tables are dealt out by size);
+//   - row-wise: row `id` belongs to rank id % world.
+// A sharded table's rows are fetched before each forward: this rank's distinct ids of it go
+// to their owners (all-to-all), and the rows come back (all-to-all). After the backward the
+// rows' gradients go to their owners (all-to-all), which sum them per row in rank order (the
+// same order as a replicated table, so both give the same bits) and apply the table's
+// row-wise Adagrad or SGD to the rows they own. Rows a rank does not own are only copies
+// fetched for a step.
+// defines: TablePlacement, TableSync, table_sync_*
+#ifndef GEMC_TABLE_SYNC_H
+#define GEMC_TABLE_SYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "batch.h"
+#include "comm.h"
+#include "cpu_exec.h"
+#include "ir.h"
+#include "optim.h"
+
+typedef enum TablePlacement { PLACE_REPLICATE, PLACE_TABLE, PLACE_ROW, PLACE_AUTO } TablePlacement;
+const char *table_placement_name(TablePlacement p);  // "replicate", "table", "row", "auto"
+bool table_placement_parse(const char *s, TablePlacement *out);
+
+// `auto` shards a table row-wise from this many rows on, and replicates smaller ones.
+enum { AUTO_ROW_WISE_ROWS = 1 << 20 };
+
+typedef struct TableSync TableSync;
+
+// placement[ir->ntensors]: each table's placement (PLACE_AUTO decided here); other entries
+// are ignored.
+TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
+                          const TablePlacement *placement);
+void table_sync_free(TableSync *s);
+// One line per table: "items  1000 x 32  row-wise over 2 ranks", "ads  ...  on rank 1".
+void table_sync_describe(const TableSync *s, char *buf, size_t size);
+TablePlacement table_sync_placement(const TableSync *s, int table);  // decided
+bool table_sync_any_sharded(const TableSync *s);
+
+// Before a forward on `b` (this rank's examples): the rows of sharded tables that b reads and
+// this rank does not own, from their owners, into the executor's tables.
+bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_t err_size);
+// After the backward: the global gradient of the rows this rank updates (share: this rank's
+// examples / B). table_sync_grad then gives them for a table.
+bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size);
+void table_sync_grad(const TableSync *s, int table, const int64_t **ids, const float **g,
+                     int64_t *nrows);
+// Before a checkpoint or an evaluation: every sharded table's owned rows and their optimizer
+// state (states[ir->ntensors], NULL where none) to every rank, so each rank's copy is whole.
+bool table_sync_gather(TableSync *s, CpuExec *x, OptimState *const *states, char *err,
+                       size_t err_size);
+// Seconds this step spent in the table collectives.
+double table_sync_seconds(const TableSync *s);
+
+#endif
