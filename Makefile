@@ -61,7 +61,7 @@ GEN_HEADERS := $(BUILD)/grammar/parser.tab.h $(BUILD)/grammar/scanner.h
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all help print-includes test test-layers test-unit test-golden test-models test-codegen test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
+.PHONY: all help print-includes test test-layers test-unit test-golden test-models test-codegen test-dist test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/gemc
@@ -100,6 +100,7 @@ deps:
 	command -v $(FLEX) >/dev/null 2>&1 || missing="$$missing flex"; \
 	command -v $(BISON) >/dev/null 2>&1 || missing="$$missing bison"; \
 	[ -f /usr/include/cmocka.h ] || missing="$$missing libcmocka-dev"; \
+	command -v mpirun >/dev/null 2>&1 || missing="$$missing openmpi-bin"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    echo "gemc: installing$$missing"; \
@@ -202,6 +203,11 @@ test-codegen: $(BUILD)/gemc
 	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/gpu/models/interact_fp8.gem 1e-5
 	@tests/limits/run.sh $(BUILD)/gemc
 
+# Distributed training with real processes: 1, 2 and 4 CPU ranks through OpenMPI's mpirun
+# (tests/dist/run.sh; docs/distributed.md).
+test-dist: $(BUILD)/gemc
+	@tests/dist/run.sh $(BUILD)/gemc
+
 # Each layer sees exactly the headers of itself and of the layers its USES_ line names.
 LAYER_HEADERS = $(foreach d,$(1),$(wildcard $(d)/*.h))
 test-layers: | $(GEN_HEADERS)
@@ -212,7 +218,8 @@ test-layers: | $(GEN_HEADERS)
 
 test: deps
 	@$(MAKE) --no-print-directory all
-	@$(MAKE) --no-print-directory test-layers test-unit test-golden test-models test-codegen
+	@$(MAKE) --no-print-directory test-layers test-unit test-golden test-models test-codegen \
+	  test-dist
 
 # --- GPU tests --------------------------------------------------------------------------
 # On a machine with a GPU (the CUDA driver; NVRTC and cuBLASLt from the CUDA 13 toolkit):

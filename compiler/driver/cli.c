@@ -33,6 +33,7 @@ static const char usage_line[] =
     "usage: gemc [options] check FILE...\n"
     "       gemc [options] ir FILE [--emit=STAGE] [--dump-after=PASS] [--grad] [-o OUT]\n"
     "       gemc [options] train FILE [train options]   (gemc train --help)\n"
+    "       gemc [options] launch -n N train FILE [train options]   (gemc launch --help)\n"
     "       gemc [options] data convert MODEL.gem IN.tsv -o OUT [--sep tab|comma]\n"
     "       gemc [options] emit FILE [--arch A] [--emit=cu|plan|ptx|cubin] [-o DIR]\n"
     "       gemc [options] build FILE [--arch sm_90a,sm_100a] -o MODEL.gemb\n"
@@ -237,6 +238,7 @@ static bool parse_command(const char *word, Command *out) {
   else if (strcmp(word, "build") == 0) *out = CMD_BUILD;
   else if (strcmp(word, "bench") == 0) *out = CMD_BENCH;
   else if (strcmp(word, "tune") == 0) *out = CMD_TUNE;
+  else if (strcmp(word, "launch") == 0) *out = CMD_LAUNCH;
   else if (strcmp(word, "help") == 0) *out = CMD_HELP;
   else return false;
   return true;
@@ -251,7 +253,8 @@ static bool check_combination(CliOptions *o, bool has_command, const char *emit,
   if (!has_command) return usage_error(err, "no command given");
   if (o->command == CMD_HELP) return true;
   if (o->command == CMD_TRAIN || o->command == CMD_DATA || o->command == CMD_EMIT ||
-      o->command == CMD_BUILD || o->command == CMD_BENCH || o->command == CMD_TUNE) {
+      o->command == CMD_BUILD || o->command == CMD_BENCH || o->command == CMD_TUNE ||
+      o->command == CMD_LAUNCH) {
     if (emit || o->dump_after || o->output || o->grad)
       return usage_error(err, "--emit, --dump-after, --grad and -o only apply to 'gemc ir'");
     return true;  // the command's own parser checks the rest, --arch included
@@ -297,11 +300,12 @@ bool cli_parse(int argc, char **argv, CliOptions *o, FILE *err) {
       if (!has_command) {
         if (!parse_command(arg, &o->command))
           return usage_error(err, "unknown command '%s'; the commands are: check, ir, "
-                             "train, data, emit, build, bench, tune, help", arg);
+                             "train, launch, data, emit, build, bench, tune, help", arg);
         has_command = true;
         // train and data parse their own options (commands.h): hand them the rest.
         if (o->command == CMD_TRAIN || o->command == CMD_DATA || o->command == CMD_EMIT ||
-            o->command == CMD_BUILD || o->command == CMD_BENCH || o->command == CMD_TUNE) {
+            o->command == CMD_BUILD || o->command == CMD_BENCH || o->command == CMD_TUNE ||
+      o->command == CMD_LAUNCH) {
           o->rest = argv + i + 1;
           o->nrest = argc - i - 1;
           break;
@@ -370,6 +374,8 @@ void cli_print_help(FILE *out) {
           "  check FILE...        parse, check and lower each file; print only diagnostics\n"
           "  ir FILE              print the final graph IR of FILE (or another stage)\n"
           "  train FILE           train the model on the GPU or the CPU (gemc train --help)\n"
+          "  launch -n N train FILE\n"
+          "                       train on N ranks (gemc launch --help, docs/distributed.md)\n"
           "  data convert MODEL.gem IN.tsv -o OUT\n"
           "                       turn a TSV/CSV of records into a data file for MODEL\n"
           "  emit FILE            lower FILE to CUDA C and a launch plan (docs/codegen.md)\n"

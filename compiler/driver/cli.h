@@ -21,6 +21,7 @@ typedef enum Command {
   CMD_BUILD,    // gemc build FILE --arch A,B -o OUT.gemb (cmd_build.c parses the rest)
   CMD_BENCH,    // gemc bench gdpa [options] (cmd_bench.c parses the rest)
   CMD_TUNE,     // gemc tune FILE [options] (cmd_tune.c parses the rest)
+  CMD_LAUNCH,   // gemc launch -n N train FILE ... (cmd_launch.c parses the rest)
   CMD_HELP,     // gemc help, gemc --help
   CMD_VERSION,  // gemc --version
 } Command;

@@ -171,6 +171,7 @@ int main(int argc, char **argv) {
   case CMD_BUILD: rc = cmd_build(&o); break;
   case CMD_BENCH: rc = cmd_bench(&o); break;
   case CMD_TUNE: rc = cmd_tune(&o); break;
+  case CMD_LAUNCH: rc = cmd_launch(&o); break;
   }
   cli_free(&o);
 

@@ -3,6 +3,7 @@
 #include "comm.h"
 
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,12 +73,14 @@ static const CommOps self_ops = {"self", self_open, self_start, self_test, self_
 
 // --- the interface ------------------------------------------------------------------------
 
-static void read_stall_hook(Comm *c) {
-  c->stall_rank = -1;
+static void read_fault_hooks(Comm *c) {
+  c->stall_rank = c->die_rank = -1;
   const char *v = getenv("GEMC_TEST_COMM_STALL");
   int r;
   long long s;
   if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->stall_rank = r, c->stall_step = s;
+  v = getenv("GEMC_TEST_COMM_DIE");
+  if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->die_rank = r, c->die_step = s;
 }
 
 Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, char *err,
@@ -87,7 +90,7 @@ Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, char *err,
   c->rank = rank;
   c->world = world;
   c->timeout_s = timeout_s > 0 ? timeout_s : 300;
-  read_stall_hook(c);
+  read_fault_hooks(c);
   if (b == COMM_SELF && world != 1) {
     snprintf(err, err_size, "a world of %d ranks needs a communication backend", world);
     free(c);
@@ -112,7 +115,12 @@ int comm_world(const Comm *c) { return c ? c->world : 1; }
 const char *comm_backend_name(const Comm *c) { return c ? c->ops->name : "self"; }
 void comm_set_step(Comm *c, int64_t step) { c->step = step; }
 
-void comm_test_stall(Comm *c) {
+void comm_test_faults(Comm *c) {
+  if (c->rank == c->die_rank && c->step == c->die_step) {
+    fprintf(stderr, "gemc: rank %d: test: killed at step %" PRId64 " (GEMC_TEST_COMM_DIE)\n",
+            c->rank, c->step);
+    raise(SIGKILL);
+  }
   if (c->rank != c->stall_rank || c->step != c->stall_step) return;
   fprintf(stderr, "gemc: rank %d: test: stalling at step %" PRId64 " (GEMC_TEST_COMM_STALL)\n",
           c->rank, c->step);

@@ -71,9 +71,10 @@ bool comm_run(Comm *c, const CommCall *call, char *err, size_t err_size);
 // Ends every rank of the job with `code` (MPI_Abort); a world of one exits.
 void comm_abort(Comm *c, int code);
 
-// Test hook: GEMC_TEST_COMM_STALL=R:S makes rank R sleep for ever at step S, before its
-// first collective there (tests/dist); the other ranks' waits then time out.
-void comm_test_stall(Comm *c);
+// Test hooks (tests/dist), at the start of a step: GEMC_TEST_COMM_STALL=R:S makes rank R
+// sleep for ever at step S, so the other ranks' waits time out; GEMC_TEST_COMM_DIE=R:S kills
+// rank R there (SIGKILL), as a crash would.
+void comm_test_faults(Comm *c);
 
 size_t comm_dtype_size(CommDtype d);
 

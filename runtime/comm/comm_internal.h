@@ -37,6 +37,8 @@ struct Comm {
   int64_t step;
   int stall_rank;        // GEMC_TEST_COMM_STALL; -1: none
   int64_t stall_step;
+  int die_rank;          // GEMC_TEST_COMM_DIE; -1: none
+  int64_t die_step;
   CommReq reqs[COMM_MAX_INFLIGHT];
   void *impl;
 };

@@ -876,7 +876,7 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double start = dist_clock(), comm_before = t->dist_comm_s;
   double tables_before = table_sync_seconds(t->tables);
   comm_set_step(c, t->step + 1);
-  comm_test_stall(c);
+  comm_test_faults(c);
   if (!next_training_batch(t, err, err_size)) return false;
   batch_split(&t->batch, world, t->split);
   int64_t first = t->split[rank], n = t->split[rank + 1] - first;

@@ -1,0 +1,181 @@
+#!/bin/sh
+# tests/dist/run.sh: distributed training with real processes on the CPU executor, through
+# OpenMPI (docs/distributed.md). Each run trains gem_tiny; ranks are oversubscribed (4 ranks
+# on 2 cores is a slower, still correct run). What must hold:
+#   - 2 and 4 ranks compute what 1 rank computes at the same global batch: every step's loss
+#     within 1e-5 relative over 50 steps (the order of the sums differs, nothing else);
+#   - ZeRO-1 and ZeRO-2 equal data parallel; buckets small enough to overlap the backward do too;
+#   - row-wise and table-wise sharded tables equal replicated ones;
+#   - the divergence guard decides for all ranks together (--on-nan skip with NaN steps);
+#   - a checkpoint written by 2 ranks resumes on 1, and one written by 1 rank on 4, equal to a
+#     straight run;
+#   - a stalled rank makes the others abort within --comm-timeout, naming the rank and the
+#     collective; a killed rank ends the job, non-zero; gemc launch returns a failed rank's code;
+#   - every launcher convention, set by hand, is read (or refused with the reason).
+# Skips (exit 0, saying so) when OpenMPI's mpirun or libmpi.so.40 is missing.
+#
+#   tests/dist/run.sh [GEMC]
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+gemc=${1:-build/gemc}
+case "$gemc" in /*) ;; *) gemc=$PWD/$gemc ;; esac
+model=$PWD/models/gem_tiny.gem
+if ! command -v mpirun >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep -q libmpi.so.40; then
+  echo "dist: SKIP: OpenMPI (mpirun, libmpi.so.40) is not installed; apt-get install openmpi-bin"
+  exit 0
+fi
+tmp=$(mktemp -d) || exit 2
+trap 'rm -rf "$tmp"' EXIT INT TERM
+cd "$tmp" || exit 2
+# mpirun refuses root without these (CI runs as root).
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fails=0
+STEPS=50
+TOL=1e-5
+
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+pass() { echo "ok   $*"; }
+
+# train NAME RANKS [train options]: the run's report is NAME.json, its output NAME.out.
+train() {
+  name=$1 n=$2
+  shift 2
+  if [ "$n" = 1 ]; then
+    "$gemc" train "$model" --backend cpu --steps $STEPS --eval-every 0 -q --report "$name.json" \
+      "$@" >"$name.out" 2>&1
+  else
+    "$gemc" launch -n "$n" train "$model" --backend cpu --steps $STEPS --eval-every 0 -q \
+      --report "$name.json" "$@" >"$name.out" 2>&1
+  fi
+  rc=$?
+  [ $rc = 0 ] || { fail "$name: exit $rc"; sed 's/^/    /' "$name.out" | head -n 20; }
+}
+
+# The report's per-step losses, one per line (null for a skipped step).
+losses() {
+  awk '/^  "loss": \[/ {on = 1; next} on && /^  \]/ {on = 0} on {
+         gsub(/[ ,]+/, "\n"); printf "%s", $0 "\n" }' "$1" | grep -v '^$'
+}
+
+# same NAME A B [FROM]: A's and B's losses (from step FROM on) agree within TOL relative.
+same() {
+  what=$1 a=$2 b=$3 from=${4:-1}
+  [ -s "$a" ] && [ -s "$b" ] || { fail "$what: a report is missing"; return; }
+  losses "$a" | tail -n +"$from" >"$tmp/la"
+  losses "$b" >"$tmp/lb"
+  r=$(paste -d' ' "$tmp/la" "$tmp/lb" | awk -v tol=$TOL '
+      { n++; if ($1 == "null" || $2 == "null") { if ($1 != $2) bad = 1; next }
+        d = $1 - $2; if (d < 0) d = -d; s = $2 < 0 ? -$2 : $2; r = d / (s > 0 ? s : 1);
+        if (r > max) max = r }
+      END { if (n == 0) bad = 1; printf "%d %.3g %s\n", n, max, (bad || max > tol) ? "no" : "yes" }')
+  set -- $r
+  if [ "$3" = yes ]; then pass "$what: $1 steps, largest relative difference $2"
+  else fail "$what: $1 steps, largest relative difference $2 (tolerance $TOL)"; fi
+}
+
+echo "== distributed training on CPU ranks (OpenMPI), gem_tiny, $STEPS steps"
+train one 1
+train dp2 2
+train dp4 4
+same "2 ranks = 1 rank" dp2.json one.json
+same "4 ranks = 1 rank" dp4.json one.json
+
+train buckets2 2 --bucket-mb 0.01
+if grep -q '"buckets": [2-9]' buckets2.json; then same "2 ranks, 6 small buckets = 1 rank" buckets2.json one.json
+else fail "--bucket-mb 0.01 gave one bucket"; fi
+
+train zero1 2 --dense zero1
+train zero2 4 --dense zero2
+same "ZeRO-1 = data parallel (2 ranks)" zero1.json dp2.json
+same "ZeRO-2 = data parallel (4 ranks)" zero2.json dp4.json
+
+train row2 2 --shard row
+train table2 2 --shard table
+train mixed4 4 --shard items=row,ads=table --dense zero2 --bucket-mb 0.01
+same "row-wise tables = replicated (2 ranks)" row2.json dp2.json
+same "table-wise tables = replicated (2 ranks)" table2.json dp2.json
+same "row + table-wise tables, ZeRO-2, buckets = 1 rank (4 ranks)" mixed4.json one.json
+grep -q 'items: 1000 x 32, row-wise over 4 ranks' mixed4.json &&
+  grep -q 'ads: 1000 x 32, table-wise, on rank' mixed4.json &&
+  pass "the placement is reported" || fail "mixed4.json does not report the placement"
+
+# The divergence guard: steps 5 and 6 have a NaN loss on every rank; skip them together.
+GEMC_TEST_NAN_STEPS=5:2 train nan1 1 --on-nan skip
+GEMC_TEST_NAN_STEPS=5:2 train nan2 2 --on-nan skip
+same "--on-nan skip: 2 ranks skip the steps 1 rank skips" nan2.json nan1.json
+GEMC_TEST_NAN_STEPS=5 "$gemc" launch -n 2 train "$model" --backend cpu --steps 20 -q \
+  >nanstop.out 2>&1
+rc=$?
+if [ $rc != 0 ] && grep -q "rank 0: error: training diverged at step 5" nanstop.out &&
+   grep -q "rank 1: error: training diverged at step 5" nanstop.out; then
+  pass "--on-nan stop: both ranks stop at step 5 (exit $rc)"
+else fail "--on-nan stop: exit $rc"; sed 's/^/    /' nanstop.out | head -n 10; fi
+
+# Resharding: 2 ranks save at step 25, 1 rank resumes; 1 rank saves, 4 ranks resume.
+STEPS=25
+train half2 2 --save ck2
+train half1 1 --save ck1
+train rest1 1 --resume ck2
+train rest4 4 --resume ck1
+same "2 ranks save, 1 resumes = a straight run" rest1.json one.json
+same "1 rank saves, 4 resume = a straight run" rest4.json one.json
+train halfz 2 --save ckz --dense zero2 --shard row
+train restz 1 --resume ckz
+same "ZeRO-2 + row-wise shards save, 1 rank resumes = a straight run" restz.json one.json
+
+# Faults.
+start=$(date +%s)
+GEMC_TEST_COMM_STALL=1:5 "$gemc" launch -n 2 train "$model" --backend cpu --steps 20 -q \
+  --comm-timeout 2 >stall.out 2>&1
+rc=$? took=$(($(date +%s) - start))
+if [ $rc != 0 ] && [ $took -le 30 ] &&
+   grep -q "rank 0: error: the all-reduce of the loss (step 5) did not finish within 2 s" stall.out
+then pass "a stalled rank: rank 0 aborts the job after the 2 s timeout (exit $rc, ${took} s)"
+else fail "a stalled rank: exit $rc after ${took} s"; sed 's/^/    /' stall.out | head -n 10; fi
+
+start=$(date +%s)
+GEMC_TEST_COMM_DIE=1:5 "$gemc" launch -n 2 train "$model" --backend cpu --steps 20 -q \
+  --comm-timeout 5 >die.out 2>&1
+rc=$? took=$(($(date +%s) - start))
+if [ $rc != 0 ] && [ $took -le 30 ]; then
+  pass "a killed rank: the job ends, exit $rc, in ${took} s"
+else fail "a killed rank: exit $rc after ${took} s"; sed 's/^/    /' die.out | head -n 10; fi
+
+# gemc launch --via env: torchrun's variables, and the failed rank's exit code.
+"$gemc" launch -n 3 -- sh -c 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT"' \
+  2>&1 | sort >env.out
+printf '%s\n' "0 3 0 127.0.0.1:29500" "1 3 1 127.0.0.1:29500" "2 3 2 127.0.0.1:29500" >env.want
+if cmp -s env.out env.want; then pass "gemc launch sets torchrun's variables"
+else fail "gemc launch's variables:"; cat env.out; fi
+start=$(date +%s)
+"$gemc" launch -n 3 -- sh -c '[ "$RANK" = 2 ] && exit 7; sleep 60' >code.out 2>&1
+rc=$? took=$(($(date +%s) - start))
+if [ $rc = 7 ] && [ $took -le 20 ]; then pass "gemc launch returns rank 2's exit code 7 and stops the others (${took} s)"
+else fail "gemc launch returned $rc after ${took} s"; cat code.out; fi
+
+# Launcher conventions set by hand, beside the launchers themselves.
+RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 "$gemc" train "$model" --backend cpu --steps 2 -q >torchrun.out 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "started by torchrun's variables, but the CPU executor's ranks meet through OpenMPI" torchrun.out
+then pass "torchrun's variables on the cpu backend: refused with the reason"
+else fail "torchrun's variables: exit $rc"; cat torchrun.out; fi
+SLURM_PROCID=1 SLURM_NTASKS=2 SLURM_JOB_NODELIST='node[07-08]' "$gemc" train "$model" \
+  --backend cpu --steps 2 -q >slurm.out 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "rank 1: error: the launcher says rank 1 of 2, but MPI says rank 0 of 1" slurm.out
+then pass "Slurm's variables without srun's PMIx: refused, naming both worlds"
+else fail "Slurm's variables: exit $rc"; cat slurm.out; fi
+mpirun -n 2 --oversubscribe --bind-to none "$gemc" train "$model" --backend cpu --steps 10 \
+  --eval-every 0 >mpirun.out 2>&1
+rc=$?
+if [ $rc = 0 ] && [ "$(grep -c 'Local MFU' mpirun.out)" = 1 ] &&
+   grep -q "Scaling Ratio" mpirun.out && grep -q "E2E MFU" mpirun.out
+then pass "mpirun itself: OpenMPI's variables; rank 0 alone prints Local MFU, Scaling Ratio, E2E MFU"
+else fail "mpirun: exit $rc"; sed 's/^/    /' mpirun.out | tail -n 12; fi
+
+echo
+if [ $fails -gt 0 ]; then
+  echo "dist: $fails FAILED"
+  exit 1
+fi
+echo "dist: all passed"
