@@ -292,26 +292,79 @@ static int teardown_driver(void **state) {
 // A launcher's environment with more than one rank is refused before any work (distributed
 // training is not built: each rank would train alone and write the same outputs); a world of
 // one trains, and a malformed variable is named.
+// Several ranks started by hand, without a world to meet in: each is refused before any work,
+// its error prefixed with its rank. torchrun's variables on the cpu backend name the way CPU
+// ranks meet (OpenMPI); OpenMPI's set by hand are refused by MPI itself (a world of one), or,
+// without OpenMPI installed, for want of it. tests/dist runs real worlds.
 static void test_cli_driver_train_refuses_several_ranks(void **state) {
   (void)state;
-  Run *r = shell_run(tmp_dir, "RANK=1 WORLD_SIZE=2 '%s' train valid.gem --steps 1", gemc_path);
+  char tiny[PATH_MAX];  // the tests run from the repository's root
+  assert_non_null(realpath("models/gem_tiny.gem", tiny));
+  Run *r = shell_run(tmp_dir, "RANK=1 WORLD_SIZE=2 '%s' train '%s' --backend cpu --steps 1",
+                     gemc_path, tiny);
   assert_int_equal(r->rc, 1);
-  assert_non_null(strstr(r->err, "rank 1 of 2 (started by torchrun)"));
-  assert_non_null(strstr(r->err, "distributed training is not built yet"));
-  r = shell_run(tmp_dir, "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=4 '%s' train valid.gem",
-                gemc_path);
+  assert_non_null(strstr(r->err, "gemc: rank 1: error: this process is rank 1 of 2, started by "
+                                 "torchrun's variables"));
+  assert_non_null(strstr(r->err, "meet through OpenMPI"));
+  r = shell_run(tmp_dir, "OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=4 '%s' train '%s' "
+                "--backend cpu --steps 1", gemc_path, tiny);
   assert_int_equal(r->rc, 1);
-  assert_non_null(strstr(r->err, "rank 0 of 4 (started by mpirun)"));
+  assert_true(strstr(r->err, "gemc: rank 0: error: the launcher says rank 0 of 4, but MPI says "
+                             "rank 0 of 1") != NULL ||
+              strstr(r->err, "gemc: rank 0: error: cannot load OpenMPI") != NULL);
   r = shell_run(tmp_dir, "SLURM_PROCID=0 SLURM_NTASKS=two '%s' train valid.gem", gemc_path);
   assert_int_equal(r->rc, 1);
   assert_non_null(strstr(r->err, "SLURM_NTASKS=\"two\""));
-  char tiny[PATH_MAX];  // the tests run from the repository's root
-  assert_non_null(realpath("models/gem_tiny.gem", tiny));
   r = shell_run(tmp_dir,
                 "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 '%s' train '%s' --backend cpu --steps 2 "
                 "--batch 8 --eval-examples 8 -q",
                 gemc_path, tiny);
   assert_int_equal(r->rc, 0);
+}
+
+// gemc launch's own options, and train's distributed ones, refused with the reason.
+static void test_cli_driver_launch_usage_errors(void **state) {
+  (void)state;
+  char tiny[PATH_MAX];
+  assert_non_null(realpath("models/gem_tiny.gem", tiny));
+  Run *r = run_gemc("launch train valid.gem");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "needs -n N"));
+  r = run_gemc("launch -n 0 train valid.gem");
+  assert_int_equal(r->rc, 2);
+  r = run_gemc("launch -n 2");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "needs `train FILE ...` or `-- PROGRAM ...`"));
+  r = run_gemc("launch -n 2 --via ssh train valid.gem");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "--via needs mpirun or env, got 'ssh'"));
+  r = run_gemc("launch -n 2 --nnodes 2 train valid.gem");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "needs --node-rank"));
+  r = run_gemc("launch -n 2 --nnodes 2 --node-rank 2 train valid.gem");
+  assert_int_equal(r->rc, 2);
+  r = run_gemc("launch -n 2 --master nohost train valid.gem");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "--master needs HOST:PORT"));
+  r = run_gemc("launch --help");
+  assert_int_equal(r->rc, 0);
+  assert_non_null(strstr(r->out, "--nproc-per-node"));
+  r = run_gemc("train valid.gem --dense zero9");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "--dense needs data-parallel, zero1 or zero2, got 'zero9'"));
+  r = run_gemc("train valid.gem --comm-timeout 0");
+  assert_int_equal(r->rc, 2);
+  r = run_gemc("train valid.gem --bucket-mb -1");
+  assert_int_equal(r->rc, 2);
+  r = shell_run(tmp_dir, "'%s' train '%s' --backend cpu --steps 1 --shard clicks=row", gemc_path,
+                tiny);
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "--shard: model gem_tiny has no table 'clicks' (its tables: "
+                                 "items, ads)"));
+  r = shell_run(tmp_dir, "'%s' train '%s' --backend cpu --steps 1 --shard items=diagonal",
+                gemc_path, tiny);
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "got 'items=diagonal'"));
 }
 
 static void test_cli_driver_check_is_silent_on_success(void **state) {
@@ -809,6 +862,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_cli_driver_bench_reps_states_its_limit),
       cmocka_unit_test(test_cli_driver_cr_only_line_ends_are_diagnosed),
       cmocka_unit_test(test_cli_driver_train_refuses_several_ranks),
+      cmocka_unit_test(test_cli_driver_launch_usage_errors),
   };
   int failed = cmocka_run_group_tests(parse_tests, NULL, NULL);
   failed += cmocka_run_group_tests(driver_tests, setup_driver, teardown_driver);

@@ -1,0 +1,177 @@
+// test_parallel.c: the pieces of distributed training that need no second process: the
+// token-balanced batch split, a ZeRO shard's optimizer step (optim_step_dense_part), the
+// collectives of a world of one (COMM_SELF), the option names. tests/dist/run.sh runs real
+// worlds of 2 and 4 ranks.
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "batch_split.h"
+#include "comm.h"
+#include "dense_sync.h"
+#include "optim.h"
+#include "table_sync.h"
+
+// A batch of one jagged dim with the given lengths (only what batch_split reads).
+typedef struct Lengths {
+  Batch b;
+  int64_t *offsets[1];
+  int64_t off[64];
+} Lengths;
+
+static void make_lengths(Lengths *l, const int64_t *len, int64_t B) {
+  memset(l, 0, sizeof *l);
+  l->off[0] = 0;
+  for (int64_t i = 0; i < B; i++) l->off[i + 1] = l->off[i] + len[i];
+  l->offsets[0] = l->off;
+  l->b.B = B;
+  l->b.njagged = 1;
+  l->b.offsets = l->offsets;
+}
+
+static int64_t work(const Batch *b, int64_t from, int64_t to) {
+  int64_t w = 0;
+  for (int64_t i = from; i < to; i++) w += batch_example_work(b, i);
+  return w;
+}
+
+// Contiguous shares that cover the batch, at least one example each, and no share more than
+// one example's work past an even split.
+static void check_split(const Batch *b, int world) {
+  int64_t first[17];
+  batch_split(b, world, first);
+  assert_int_equal(first[0], 0);
+  assert_int_equal(first[world], b->B);
+  int64_t total = work(b, 0, b->B), most = 0;
+  for (int64_t i = 0; i < b->B; i++)
+    if (batch_example_work(b, i) > most) most = batch_example_work(b, i);
+  for (int r = 0; r < world; r++) {
+    assert_true(first[r + 1] > first[r]);
+    int64_t w = work(b, first[r], first[r + 1]);
+    if (first[r + 1] - first[r] > 1) assert_true(w <= total / world + most);
+  }
+}
+
+static void test_split_balances_tokens(void **state) {
+  (void)state;
+  // Two long histories at the front: an even split by examples would give rank 0 nearly all
+  // the work.
+  const int64_t len[12] = {90, 80, 2, 3, 1, 4, 2, 5, 3, 1, 2, 3};
+  Lengths l;
+  make_lengths(&l, len, 12);
+  int64_t first[3];
+  batch_split(&l.b, 2, first);
+  assert_int_equal(first[1], 1);  // 91 of 208 units of work for rank 0, 117 for rank 1
+  for (int world = 1; world <= 12; world++) check_split(&l.b, world);
+  const int64_t even[8] = {5, 5, 5, 5, 5, 5, 5, 5};
+  make_lengths(&l, even, 8);
+  int64_t four[5];
+  batch_split(&l.b, 4, four);
+  for (int r = 0; r <= 4; r++) assert_int_equal(four[r], 2 * r);
+}
+
+static void test_split_one_example_each(void **state) {
+  (void)state;
+  const int64_t len[4] = {50, 0, 0, 50};
+  Lengths l;
+  make_lengths(&l, len, 4);
+  int64_t first[5];
+  batch_split(&l.b, 4, first);
+  for (int r = 0; r <= 4; r++) assert_int_equal(first[r], r);
+}
+
+// A ZeRO shard's update of elements [from, from + n) equals those elements of the whole
+// update, bit for bit; the step advances with n = 0 too.
+static void test_optim_part_equals_whole(void **state) {
+  (void)state;
+  enum { N = 37, CUT = 15, STEPS = 5 };
+  Optim cfg = {.kind = OPTIM_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8,
+               .weight_decay = 0.01};
+  OptimState whole, lo, hi, none;
+  optim_state_init(&whole, cfg, N, 0);
+  optim_state_init(&lo, cfg, N, 0);
+  optim_state_init(&hi, cfg, N, 0);
+  optim_state_init(&none, cfg, N, 0);
+  float w[N], wp[N], g[N];
+  for (int i = 0; i < N; i++) w[i] = wp[i] = 0.1f * (float)(i - 18);
+  for (int s = 0; s < STEPS; s++) {
+    for (int i = 0; i < N; i++) g[i] = 0.01f * (float)((i * 7 + s * 3) % 11) - 0.05f;
+    optim_step_dense(&whole, w, g, N);
+    optim_step_dense_part(&lo, wp, g, 0, CUT);
+    optim_step_dense_part(&hi, wp, g + CUT, CUT, N - CUT);
+    optim_step_dense_part(&none, wp, g, N, 0);
+  }
+  assert_memory_equal(w, wp, sizeof w);
+  assert_int_equal(none.step, STEPS);
+  assert_memory_equal(whole.m, lo.m, CUT * sizeof(float));
+  assert_memory_equal(whole.v + CUT, hi.v + CUT, (N - CUT) * sizeof(float));
+  optim_state_free(&whole);
+  optim_state_free(&lo);
+  optim_state_free(&hi);
+  optim_state_free(&none);
+}
+
+// A world of one: every collective is a copy (or nothing), in place or not.
+static void test_comm_self(void **state) {
+  (void)state;
+  char err[256] = "";
+  assert_null(comm_open(COMM_SELF, 0, 2, 10, err, sizeof err));
+  assert_non_null(strstr(err, "a world of 2 ranks needs a communication backend"));
+  Comm *c = comm_open(COMM_SELF, 0, 1, 10, err, sizeof err);
+  assert_non_null(c);
+  assert_int_equal(comm_world(c), 1);
+  assert_string_equal(comm_backend_name(c), "self");
+  float a[4] = {1, 2, 3, 4}, b[4] = {0};
+  CommCall ar = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .send = a, .recv = b, .count = 4};
+  assert_true(comm_run(c, &ar, err, sizeof err));
+  assert_memory_equal(a, b, sizeof a);
+  ar.recv = a;  // in place
+  assert_true(comm_run(c, &ar, err, sizeof err));
+  int64_t ids[3] = {7, 8, 9}, got[3] = {0}, three = 3;
+  CommCall a2a = {.kind = COMM_ALLTOALL, .dtype = COMM_I64, .send = ids, .recv = got,
+                  .send_counts = &three, .recv_counts = &three};
+  assert_true(comm_run(c, &a2a, err, sizeof err));
+  assert_memory_equal(ids, got, sizeof ids);
+  double d = 2.5, e = 0;
+  int64_t one = 1;
+  CommCall ag = {.kind = COMM_ALLGATHER, .dtype = COMM_F64, .send = &d, .recv = &e,
+                 .counts = &one};
+  int h = comm_start(c, &ag, err, sizeof err);
+  assert_true(h >= 0);
+  comm_progress(c);
+  assert_true(comm_wait(c, h, err, sizeof err));
+  assert_true(e == 2.5);
+  assert_false(comm_wait(c, h, err, sizeof err));  // waited for already
+  assert_non_null(strstr(err, "not in flight"));
+  comm_close(c);
+}
+
+static void test_option_names(void **state) {
+  (void)state;
+  DenseMode m;
+  assert_true(dense_mode_parse("zero2", &m) && m == DENSE_ZERO2);
+  assert_true(dense_mode_parse("dp", &m) && m == DENSE_DATA_PARALLEL);
+  assert_false(dense_mode_parse("zero3", &m));
+  assert_string_equal(dense_mode_name(DENSE_ZERO1), "zero1");
+  TablePlacement p;
+  assert_true(table_placement_parse("row", &p) && p == PLACE_ROW);
+  assert_true(table_placement_parse("auto", &p) && p == PLACE_AUTO);
+  assert_false(table_placement_parse("column", &p));
+  assert_string_equal(table_placement_name(PLACE_TABLE), "table");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_split_balances_tokens),
+      cmocka_unit_test(test_split_one_example_each),
+      cmocka_unit_test(test_optim_part_equals_whole),
+      cmocka_unit_test(test_comm_self),
+      cmocka_unit_test(test_option_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
