@@ -56,6 +56,7 @@ typedef enum StmtKind {
   STMT_TABLE,      // table items : rows 4000000, dim 256;
   STMT_BIND,       // h = expr;
   STMT_LOSS,       // loss expr;
+  STMT_PARALLEL,   // parallel { dense zero2; bucket_mb 25; }  -> attrs
 } StmtKind;
 
 typedef enum InputKind {

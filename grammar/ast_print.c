@@ -169,7 +169,9 @@ static void print_stmt(FILE *out, const Stmt *s, int level) {
     print_loc(out, s->loc);
     return;
   case STMT_TABLE:
-    fprintf(out, "table %s", or_null(s->name));
+  case STMT_PARALLEL:
+    if (s->kind == STMT_TABLE) fprintf(out, "table %s", or_null(s->name));
+    else fputs("parallel", out);
     print_loc(out, s->loc);
     for (int i = 0; i < s->nattrs; i++) {
       indent(out, level + 1);

@@ -121,6 +121,7 @@ static int64_t positive(ParseState *ps, const char *what, int64_t v, Loc loc) {
 %token <str> KW_LOSS "'loss'"
 %token <str> KW_ID "'id'"
 %token <str> KW_MAX "'max'"
+%token <str> KW_PARALLEL "'parallel'"
 %token <str> KW_LIKE "'like'"
 %token <str> IDENT "identifier"
 %token <integer> INT "integer"
@@ -136,7 +137,7 @@ static int64_t positive(ParseState *ps, const char *what, int64_t v, Loc loc) {
 %type <arg> arg
 %type <args> args args_opt list_items
 %type <attr> attr
-%type <attrs> attrs
+%type <attrs> attrs parallel_items
 %type <elem> elem
 %type <seqopts> seq_options seq_option
 
@@ -243,6 +244,11 @@ statement:
   | KW_LOSS expr ';' {
       stmt_add(ps, STMT_LOSS, @$)->value = $2.expr;
     }
+  | KW_PARALLEL '{' parallel_items '}' {
+      Stmt *s = stmt_add(ps, STMT_PARALLEL, @$);
+      s->attrs = $3.items;
+      s->nattrs = $3.n;
+    }
   | error ';'  { yyerrok; }
   ;
 
@@ -283,13 +289,21 @@ attrs:
   | attrs ',' attr   { $$ = attrs_add(ps, $1, $3); }
   ;
 
+/* The settings of a parallel block, each ended by ';'; a bad one is skipped to its ';'. */
+parallel_items:
+    %empty                          { $$ = (AttrList){0}; }
+  | parallel_items attr ';'         { $$ = attrs_add(ps, $1, $2); }
+  | parallel_items error ';'        { $$ = $1; yyerrok; }
+  ;
+
 attr:
     name_or_keyword attr_value  { $$ = (TableAttr){.key = $1, .key_loc = @1, .value = $2.expr}; }
   ;
 
 attr_value:
-    INT     { $$ = expr_int(ps, $1, @1); }
-  | IDENT   { $$ = expr_name(ps, $1, @1); }
+    INT       { $$ = expr_int(ps, $1, @1); }
+  | IDENT     { $$ = expr_name(ps, $1, @1); }
+  | KW_TABLE  { $$ = expr_name(ps, $1, @1); }   /* shard table */
   | call
   ;
 
@@ -297,7 +311,7 @@ attr_value:
 name_or_keyword:
     IDENT | KW_MODEL | KW_BATCH | KW_DIM | KW_PRECISION | KW_TARGET | KW_OPTIM | KW_SEQ
   | KW_SPARSE | KW_MULTIHOT | KW_DENSE | KW_LABEL | KW_TABLE | KW_LOSS | KW_ID | KW_MAX
-  | KW_LIKE
+  | KW_PARALLEL | KW_LIKE
   ;
 
 /* --- expressions ------------------------------------------------------------------- */
@@ -401,10 +415,10 @@ static const int expression_tokens[] = {IDENT, INT, REAL, STRING, '(', '[', '-'}
 static const int attribute_tokens[] = {IDENT,     KW_MODEL, KW_BATCH,    KW_DIM,   KW_PRECISION,
                                        KW_TARGET, KW_OPTIM, KW_SEQ,      KW_SPARSE, KW_MULTIHOT,
                                        KW_DENSE,  KW_LABEL, KW_TABLE,    KW_LOSS,  KW_ID,
-                                       KW_MAX,    KW_LIKE};
+                                       KW_MAX,    KW_PARALLEL, KW_LIKE};
 static const int statement_tokens[] = {KW_BATCH, KW_DIM,    KW_PRECISION, KW_TARGET, KW_OPTIM,
                                        KW_SEQ,   KW_SPARSE, KW_MULTIHOT,  KW_DENSE,  KW_LABEL,
-                                       KW_TABLE, KW_LOSS,   IDENT};
+                                       KW_TABLE, KW_LOSS,   KW_PARALLEL, IDENT};
 static const int operator_tokens[] = {'+', '-', '*', '@'};
 
 #define TAKE(left, tokens) take(left, tokens, (int)(sizeof tokens / sizeof tokens[0]))

@@ -617,7 +617,8 @@ int cmd_train(const CliOptions *o) {
   }
   c.opt.comm = world.comm;
   c.opt.placement = world.placement;
-  c.opt.bucket_bytes = (int64_t)(c.bucket_mb * (1 << 20));
+  c.opt.dense_mode = train_world_dense(&m.ir, c.dense != NULL, c.opt.dense_mode);
+  c.opt.bucket_bytes = train_world_bucket_bytes(&m.ir, c.bucket_mb);
   Schedule *sched = tuned_schedules(&c, &m.ir);
   c.opt.node_sched = sched;
   Trainer *t = trainer_new(&m.ir, &c.opt, err, sizeof err);

@@ -55,10 +55,36 @@ bool train_world_join(TrainWorld *w, bool cuda, double timeout_s) {
   return true;
 }
 
+static TablePlacement placement_of(ShardTable s) {
+  switch (s) {
+    case SHARD_TABLE_WHOLE: return PLACE_TABLE;
+    case SHARD_TABLE_ROW: return PLACE_ROW;
+    case SHARD_TABLE_AUTO: return PLACE_AUTO;
+    default: return PLACE_REPLICATE;
+  }
+}
+
+DenseMode train_world_dense(const Ir *ir, bool given, DenseMode cli) {
+  if (given) return cli;
+  switch (ir->parallel.dense) {
+    case SHARD_DENSE_ZERO1: return DENSE_ZERO1;
+    case SHARD_DENSE_ZERO2: return DENSE_ZERO2;
+    default: return DENSE_DATA_PARALLEL;
+  }
+}
+
+int64_t train_world_bucket_bytes(const Ir *ir, double cli_mb) {
+  if (cli_mb > 0) return (int64_t)(cli_mb * (1 << 20));
+  return ir->parallel.bucket_mb * (1 << 20);  // 0: the trainer's default
+}
+
 bool train_world_placement(TrainWorld *w, const Ir *ir, const char *spec, char *err,
                            size_t err_size) {
-  if (!spec) return true;
   w->placement = xcalloc((size_t)ir->ntensors + 1, sizeof *w->placement);
+  for (int i = 0; i < ir->ntensors; i++)
+    w->placement[i] = placement_of(ir->tensors[i].shard ? ir->tensors[i].shard
+                                                        : ir->parallel.tables);
+  if (!spec) return true;
   TablePlacement all;
   if (table_placement_parse(spec, &all)) {
     for (int i = 0; i < ir->ntensors; i++) w->placement[i] = all;

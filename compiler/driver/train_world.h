@@ -26,10 +26,15 @@ bool train_world_read(TrainWorld *w);
 // `gemc launch`, srun --mpi=pmix). False, with a message printed, when this world cannot
 // train: GPU ranks (NCCL is not built yet), a launcher MPI cannot join.
 bool train_world_join(TrainWorld *w, bool cuda, double timeout_s);
-// --shard SPEC for `ir`: "row", "table", "replicate" or "auto" for every table, or
-// "NAME=PLACE,..." per table (the others replicated). False with a message in err.
+// Each table's placement: --shard SPEC ("row", "table", "replicate" or "auto" for every
+// table, or "NAME=PLACE,..." for those named), else the table's `shard` attribute, else the
+// model's `parallel { tables ...; }`, else replicated. False with a message in err.
 bool train_world_placement(TrainWorld *w, const Ir *ir, const char *spec, char *err,
                            size_t err_size);
+// The dense mode: --dense when given (*given), else the model's `parallel { dense ...; }`,
+// else data parallel; the bucket size likewise (bytes).
+DenseMode train_world_dense(const Ir *ir, bool given, DenseMode cli);
+int64_t train_world_bucket_bytes(const Ir *ir, double cli_mb);
 bool train_world_rank0(const TrainWorld *w);
 // Prints "gemc: rank R: error: MSG" (or "gemc: error: MSG" alone).
 void train_world_error(const TrainWorld *w, const char *msg);

@@ -63,6 +63,25 @@ const char *mask_name(Mask m) { return name_at(mask_names, COUNT(mask_names), (i
 const char *pool_name(Pool p) { return name_at(pool_names, COUNT(pool_names), (int)p); }
 const char *layout_name(Layout l) { return name_at(layout_names, COUNT(layout_names), (int)l); }
 const char *optim_name(OptimKind k) { return name_at(optim_names, COUNT(optim_names), (int)k); }
+static const char *const shard_dense_names[] = {"unset", "data_parallel", "zero1", "zero2"};
+static const char *const shard_table_names[] = {"unset", "replicate", "table", "row", "auto"};
+const char *shard_dense_name(ShardDense s) {
+  return name_at(shard_dense_names, COUNT(shard_dense_names), (int)s);
+}
+const char *shard_table_name(ShardTable s) {
+  return name_at(shard_table_names, COUNT(shard_table_names), (int)s);
+}
+bool shard_dense_from_name(const char *s, ShardDense *out) {
+  for (int i = 1; i < (int)COUNT(shard_dense_names); i++)
+    if (strcmp(s, shard_dense_names[i]) == 0) return (*out = (ShardDense)i), true;
+  return false;
+}
+bool shard_table_from_name(const char *s, ShardTable *out) {
+  for (int i = 1; i < (int)COUNT(shard_table_names); i++)
+    if (strcmp(s, shard_table_names[i]) == 0) return (*out = (ShardTable)i), true;
+  return false;
+}
+
 const char *attn_shape_name(AttnShape s) {
   return name_at(attn_shape_names, COUNT(attn_shape_names), (int)s);
 }

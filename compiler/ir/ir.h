@@ -109,6 +109,26 @@ typedef struct Optim {
 const char *optim_name(OptimKind k);
 bool optim_from_name(const char *s, OptimKind *out);
 
+// How distributed training spreads the model (docs/distributed.md); the `parallel { }` block
+// and a table's `shard` attribute set them, the command line overrides them. They are how a
+// model is run, not what it computes: the model key leaves them out.
+typedef enum ShardDense {
+  SHARD_DENSE_UNSET, SHARD_DENSE_DATA_PARALLEL, SHARD_DENSE_ZERO1, SHARD_DENSE_ZERO2
+} ShardDense;
+typedef enum ShardTable {
+  SHARD_TABLE_UNSET, SHARD_TABLE_REPLICATE, SHARD_TABLE_WHOLE, SHARD_TABLE_ROW, SHARD_TABLE_AUTO
+} ShardTable;
+const char *shard_dense_name(ShardDense s);  // "data_parallel", "zero1", "zero2"
+const char *shard_table_name(ShardTable s);  // "replicate", "table", "row", "auto"
+bool shard_dense_from_name(const char *s, ShardDense *out);
+bool shard_table_from_name(const char *s, ShardTable *out);
+
+typedef struct Parallel {
+  ShardDense dense;
+  int64_t bucket_mb;     // 0: unset
+  ShardTable tables;     // tables without a `shard` of their own
+} Parallel;
+
 typedef enum TensorKind {
   TENSOR_INPUT,  // a model input, fed by the data loader
   TENSOR_LABEL,  // a label input
@@ -130,6 +150,7 @@ typedef struct Tensor {
   DType dtype;
   int producer;      // VALUE: index of the node that writes it; -1 otherwise
   Optim optim;       // PARAM and TABLE
+  ShardTable shard;  // TABLE: its `shard` attribute (distributed training)
   Loc loc;
 } Tensor;
 
@@ -218,6 +239,7 @@ typedef struct Ir {
   int64_t batch;            // B
   int64_t dim;              // model dim
   Optim dense_optim;
+  Parallel parallel;        // the `parallel { }` block; all unset without one
   JaggedDim *jagged;
   int njagged, cap_jagged;
   Tensor *tensors;

@@ -297,6 +297,14 @@ static void print_header(FILE *out, Line *l, const Ir *ir) {
   put(l, "optim ");
   put_optim(l, &ir->dense_optim);
   line_end(out, l, ir, none);
+  const Parallel *p = &ir->parallel;
+  if (p->dense || p->bucket_mb || p->tables) {
+    put(l, "parallel");
+    if (p->dense) put(l, " dense=%s", shard_dense_name(p->dense));
+    if (p->bucket_mb) put(l, " bucket_mb=%" PRId64, p->bucket_mb);
+    if (p->tables) put(l, " tables=%s", shard_table_name(p->tables));
+    line_end(out, l, ir, none);
+  }
 }
 
 static void print_jagged(FILE *out, Line *l, const Ir *ir) {
@@ -322,6 +330,7 @@ static void print_decl(FILE *out, Line *l, const Ir *ir, int i) {
     put_char(l, ' ');
     put_optim(l, &t->optim);
   }
+  if (t->kind == TENSOR_TABLE && t->shard) put(l, " shard=%s", shard_table_name(t->shard));
   line_end(out, l, ir, t->loc);
 }
 

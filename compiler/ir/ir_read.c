@@ -16,6 +16,7 @@ typedef struct Reader {
   int lineno;
   Loc loc;           // the `; path:line:col` of the current line, or zeros
   bool seen_model, seen_source, seen_target, seen_precision, seen_batch, seen_dim, seen_optim;
+  bool seen_parallel;
   bool seen_backward;
 } Reader;
 
@@ -321,6 +322,7 @@ static bool optim(Reader *r, Optim *o) {
   for (;;) {
     skip_space(r);
     if (r->p >= r->end || !is_word_char(*r->p)) return true;
+    if (r->end - r->p > 6 && memcmp(r->p, "shard=", 6) == 0) return true;  // a table's placement
     const char *key_at = r->p;
     if (!keyword(r, buf, sizeof buf, "an optimizer setting")) return false;
     int k = 0;
@@ -334,6 +336,50 @@ static bool optim(Reader *r, Optim *o) {
 }
 
 // --- header lines -----------------------------------------------------------------------
+
+// A table's "shard=row".
+static bool shard_table(Reader *r, ShardTable *out) {
+  const char *at = (skip_space(r), r->p);
+  char buf[24];
+  if (!keyword(r, buf, sizeof buf, "a table placement")) return false;
+  if (!shard_table_from_name(buf, out))
+    return fail_at(r, at, "unknown table placement '%s'; expected replicate, table, row or auto",
+                   buf);
+  return true;
+}
+
+// "parallel dense=zero2 bucket_mb=25 tables=auto": each key at most once, at least one.
+static bool parallel(Reader *r) {
+  Parallel *p = &r->ir->parallel;
+  bool seen[3] = {false}, any = false;
+  for (;;) {
+    skip_space(r);
+    if (r->p >= r->end) break;
+    const char *at = r->p;
+    char key[16];
+    if (!keyword(r, key, sizeof key, "a parallel setting")) return false;
+    int k = strcmp(key, "dense") == 0 ? 0 : strcmp(key, "bucket_mb") == 0 ? 1
+            : strcmp(key, "tables") == 0 ? 2 : -1;
+    if (k < 0) return fail_at(r, at, "unknown parallel setting '%s'", key);
+    if (seen[k]) return fail_at(r, at, "duplicate parallel setting '%s'", key);
+    seen[k] = any = true;
+    if (!expect(r, '=')) return false;
+    const char *v = (skip_space(r), r->p);
+    if (k == 0) {
+      char buf[24];
+      if (!keyword(r, buf, sizeof buf, "a dense placement")) return false;
+      if (!shard_dense_from_name(buf, &p->dense))
+        return fail_at(r, v, "unknown dense placement '%s'", buf);
+    } else if (k == 1) {
+      if (!integer(r, &p->bucket_mb)) return false;
+      if (p->bucket_mb <= 0) return fail_at(r, v, "bucket_mb must be positive");
+    } else if (!shard_table(r, &p->tables)) {
+      return false;
+    }
+  }
+  if (!any) return expected(r, "a parallel setting");
+  return true;
+}
 
 static bool once(Reader *r, bool *seen, const char *at, const char *what) {
   if (*seen) return fail_at(r, at, "duplicate '%s' line", what);
@@ -357,6 +403,7 @@ static bool header_line(Reader *r, const char *key, const char *at) {
     return once(r, &r->seen_batch, at, key) && integer(r, &ir->batch) && end_of_line(r);
   if (strcmp(key, "dim") == 0)
     return once(r, &r->seen_dim, at, key) && integer(r, &ir->dim) && end_of_line(r);
+  if (strcmp(key, "parallel") == 0) return once(r, &r->seen_parallel, at, key) && parallel(r);
   return once(r, &r->seen_optim, at, key) && optim(r, &ir->dense_optim) && end_of_line(r);
 }
 
@@ -402,6 +449,13 @@ static bool decl_line(Reader *r, TensorKind kind) {
   if (!new_name(r, weights ? '@' : '%', &t.name)) return false;
   if (!expect(r, ':') || !type(r, &t)) return false;
   if (kind == TENSOR_TABLE && !optim(r, &t.optim)) return false;
+  if (kind == TENSOR_TABLE) {
+    skip_space(r);
+    if (r->end - r->p > 6 && memcmp(r->p, "shard=", 6) == 0) {
+      r->p += 6;
+      if (!shard_table(r, &t.shard)) return false;
+    }
+  }
   if (kind == TENSOR_PARAM) {
     skip_space(r);
     if (r->p < r->end) {
@@ -644,7 +698,7 @@ static bool read_line(Reader *r) {
   char key[16];
   if (!keyword(r, key, sizeof key, "a line keyword")) return false;
   static const char *const header[] = {"model", "source", "target", "precision",
-                                       "batch", "dim",    "optim"};
+                                       "batch", "dim",    "optim",  "parallel"};
   for (size_t i = 0; i < sizeof header / sizeof header[0]; i++)
     if (strcmp(key, header[i]) == 0) return header_line(r, key, at);
   if (strcmp(key, "jagged") == 0) return jagged_line(r);

@@ -310,6 +310,60 @@ void sema_touch(Sema *S, const Expr *e) {
 
 // --- settings ---------------------------------------------------------------------------
 
+// parallel { dense zero2; bucket_mb 25; tables auto; }: at most one block, each setting once.
+static const char *const parallel_names[] = {"dense", "bucket_mb", "tables"};
+static const char *const dense_names[] = {"data_parallel", "zero1", "zero2"};
+enum { MAX_BUCKET_MB = 4096 };
+
+static const char *read_name(Sema *S, const Expr *e, const char *what);
+static bool read_placement(Sema *S, const Expr *e, const char *what, ShardTable *out);
+
+static void read_parallel(Sema *S, const Stmt *s, const Stmt *prev) {
+  if (prev) {
+    diag_error(S->d, s->loc, "duplicate 'parallel' block; a model has at most one");
+    diag_note(S->d, prev->loc, "previous 'parallel' block is here");
+    return;
+  }
+  Parallel *p = &S->ir->parallel;
+  const TableAttr *seen[3] = {0};
+  for (int i = 0; i < s->nattrs; i++) {
+    const TableAttr *a = &s->attrs[i];
+    int k = -1;
+    for (int j = 0; j < 3; j++)
+      if (a->key && strcmp(a->key, parallel_names[j]) == 0) k = j;
+    if (k < 0) {
+      diag_error(S->d, a->key_loc, "unknown parallel setting '%s'; expected %s",
+                 a->key ? a->key : "?", sema_list(S, parallel_names, 3));
+      if (a->key) sema_suggest(S, a->key_loc, a->key, parallel_names, 3);
+      continue;
+    }
+    if (seen[k]) {
+      diag_error(S->d, a->key_loc, "duplicate parallel setting '%s'", a->key);
+      diag_note(S->d, seen[k]->key_loc, "previous '%s' is here", a->key);
+      continue;
+    }
+    seen[k] = a;
+    if (!a->value) continue;
+    if (k == 0) {
+      const char *d = read_name(S, a->value, "parallel setting 'dense'");
+      if (d && !shard_dense_from_name(d, &p->dense)) {
+        diag_error(S->d, a->value->loc, "unknown dense placement '%s'; expected %s", d,
+                   sema_list(S, dense_names, 3));
+        sema_suggest(S, a->value->loc, d, dense_names, 3);
+      }
+    } else if (k == 1) {
+      int64_t v;
+      if (!sema_int_literal(a->value, &v) || v <= 0 || v > MAX_BUCKET_MB)
+        diag_error(S->d, a->value->loc, "parallel setting 'bucket_mb' expects a whole number of "
+                   "MiB in [1, %d], found %s", MAX_BUCKET_MB, sema_describe(S, a->value));
+      else
+        p->bucket_mb = v;
+    } else {
+      read_placement(S, a->value, "parallel setting 'tables'", &p->tables);
+    }
+  }
+}
+
 static const char *const setting_names[] = {"batch", "dim", "precision", "target", "optim"};
 static const char *const target_names[] = {"sm_90a", "sm_100a"};
 
@@ -485,8 +539,14 @@ static bool read_optim(Sema *S, const Expr *e, bool for_table, Optim *out) {
 static void read_settings(Sema *S) {
   const Model *m = S->m;
   Ir *ir = S->ir;
-  for (int i = 0; i < m->nstmts; i++)
+  const Stmt *par = NULL;
+  for (int i = 0; i < m->nstmts; i++) {
     if (m->stmts[i].kind <= STMT_OPTIM) record_setting(S, &m->stmts[i]);
+    if (m->stmts[i].kind == STMT_PARALLEL) {
+      read_parallel(S, &m->stmts[i], par);
+      if (!par) par = &m->stmts[i];
+    }
+  }
 
   const Stmt *s = S->setting[STMT_BATCH];
   if (!s)
@@ -702,11 +762,24 @@ static void make_input(Sema *S, Symbol *y, const Stmt *s) {
 
 // --- tables -----------------------------------------------------------------------------
 
-static const char *const table_attr_names[] = {"rows", "dim", "precision", "optim"};
+static const char *const table_attr_names[] = {"rows", "dim", "precision", "optim", "shard"};
+static const char *const placement_names[] = {"replicate", "table", "row", "auto"};
+
+// A table placement name (shard row, tables auto); false after reporting.
+static bool read_placement(Sema *S, const Expr *e, const char *what, ShardTable *out) {
+  const char *p = read_name(S, e, what);
+  if (!p) return false;
+  if (shard_table_from_name(p, out)) return true;
+  diag_error(S->d, e->loc, "unknown placement '%s' for %s; expected %s", p, what,
+             sema_list(S, placement_names, 4));
+  sema_suggest(S, e->loc, p, placement_names, 4);
+  return false;
+}
 static const char *const storage_names[] = {"fp32", "bf16", "fp16", "fp8"};
 
 static void make_table(Sema *S, Symbol *y, const Stmt *s) {
-  const TableAttr *seen[4] = {0};
+  const TableAttr *seen[5] = {0};
+  ShardTable shard = SHARD_TABLE_UNSET;
   bool ok = true;
   int64_t rows = 0, dim = S->dim;
   DType storage = S->precision == DT_MXFP8 ? DT_F32 : S->precision;
@@ -714,12 +787,12 @@ static void make_table(Sema *S, Symbol *y, const Stmt *s) {
   for (int i = 0; i < s->nattrs; i++) {
     const TableAttr *a = &s->attrs[i];
     int k = -1;
-    for (int j = 0; j < 4; j++)
+    for (int j = 0; j < 5; j++)
       if (a->key && strcmp(a->key, table_attr_names[j]) == 0) k = j;
     if (k < 0) {
       diag_error(S->d, a->key_loc, "unknown table attribute '%s'; expected %s",
-                 a->key ? a->key : "?", sema_list(S, table_attr_names, 4));
-      if (a->key) sema_suggest(S, a->key_loc, a->key, table_attr_names, 4);
+                 a->key ? a->key : "?", sema_list(S, table_attr_names, 5));
+      if (a->key) sema_suggest(S, a->key_loc, a->key, table_attr_names, 5);
       ok = false;
       continue;
     }
@@ -777,8 +850,10 @@ static void make_table(Sema *S, Symbol *y, const Stmt *s) {
       } else {
         storage = dt;
       }
-    } else {
+    } else if (k == 3) {
       ok &= read_optim(S, a->value, true, &optim);
+    } else {
+      ok &= read_placement(S, a->value, "table attribute 'shard'", &shard);
     }
   }
   if (!seen[0]) {
@@ -790,7 +865,7 @@ static void make_table(Sema *S, Symbol *y, const Stmt *s) {
   if (!ok || dim <= 0) return;
   Tensor t = {.name = s->name, .kind = TENSOR_TABLE, .layout = LAYOUT_FIXED, .jag = -1,
               .fixed = {rows, dim}, .nfixed = 2, .dtype = storage, .producer = -1,
-              .optim = optim, .loc = s->loc};
+              .optim = optim, .shard = shard, .loc = s->loc};
   y->tensor = ir_add_tensor(S->ir, &t);
 }
 

@@ -151,6 +151,13 @@ void task_metrics_from(const Metrics *m, TaskMetrics *out) {
 uint64_t train_model_key(const Ir *ir) {
   Ir copy = *ir;
   copy.source = "";  // the same model read through another path is the same model
+  // How the model is spread over ranks is not what it computes: a checkpoint resumes under any
+  // placement.
+  copy.parallel = (Parallel){0};
+  Tensor *tensors = xcalloc((size_t)ir->ntensors + 1, sizeof *tensors);
+  memcpy(tensors, ir->tensors, (size_t)ir->ntensors * sizeof *tensors);
+  for (int i = 0; i < ir->ntensors; i++) tensors[i].shard = SHARD_TABLE_UNSET;
+  copy.tensors = tensors;
   char *text = NULL;
   size_t size = 0;
   FILE *f = open_memstream(&text, &size);
@@ -159,6 +166,7 @@ uint64_t train_model_key(const Ir *ir) {
   fclose(f);
   uint64_t key = fnv1a64(FNV1A64_INIT, text, size);
   free(text);
+  free(tensors);
   return key;
 }
 

@@ -123,6 +123,27 @@ train halfz 2 --save ckz --dense zero2 --shard row
 train restz 1 --resume ckz
 same "ZeRO-2 + row-wise shards save, 1 rank resumes = a straight run" restz.json one.json
 
+# The model's own parallel block and table placements: gem_tiny with ZeRO-2, items row-wise and
+# ads table-wise declared in the source. The placement is not part of the model's key, so the
+# 1-rank checkpoint of plain gem_tiny resumes under it (the additions keep every line where it
+# was: the key holds the source locations).
+STEPS=50
+sed -e 's/^  precision fp32;/  precision fp32; parallel { dense zero2; bucket_mb 1; }/' \
+    -e 's/^\(  table items .*\);/\1, shard row;/' -e 's/^\(  table ads .*\);/\1, shard table;/' \
+    "$model" >declared.gem
+model_saved=$model
+model=$PWD/declared.gem
+train declared 2
+STEPS=25
+train declared_rest 2 --resume ck1
+model=$model_saved
+if grep -q '"dense": "zero2"' declared.json && grep -q 'items: 1000 x 32, row-wise' declared.json &&
+   grep -q 'ads: 1000 x 32, table-wise' declared.json
+then pass "parallel { dense zero2; } and shard attributes are what the run used"
+else fail "the declared placement was not used"; grep -A14 '"distributed"' declared.json; fi
+same "declared ZeRO-2 and shards (2 ranks) = 1 rank" declared.json one.json
+same "a plain checkpoint resumes under the declared placement" declared_rest.json one.json
+
 # Faults.
 start=$(date +%s)
 GEMC_TEST_COMM_STALL=1:5 "$gemc" launch -n 2 train "$model" --backend cpu --steps 20 -q \

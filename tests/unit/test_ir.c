@@ -269,6 +269,42 @@ static void build_full(Ir *ir, Arena *a) {
   ir->loss = emit(ir, "loss", scalar(), op(OP_LOSS_SUM, 1, b));
 }
 
+// The parallel block and a table's placement print on the header and table lines and read
+// back; a malformed one is refused where it is.
+static void test_ir_parallel_settings_round_trip(void **state) {
+  (void)state;
+  Arena a = {0};
+  Ir ir;
+  build_full(&ir, &a);
+  ir.parallel = (Parallel){.dense = SHARD_DENSE_ZERO1, .bucket_mb = 8,
+                           .tables = SHARD_TABLE_AUTO};
+  ir.tensors[ir_find_tensor(&ir, "items")].shard = SHARD_TABLE_ROW;
+  assert_round_trip(&ir);
+  char *text = print_text(&ir);
+  assert_non_null(strstr(text, "\nparallel dense=zero1 bucket_mb=8 tables=auto\n"));
+  assert_non_null(strstr(text, "eps=1e-08 shard=row"));
+  const char *bad[] = {"parallel dense=zero3", "parallel bucket_mb=0", "parallel size=3",
+                       "parallel", "parallel tables=row tables=row"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char *t = strdup(text), *line = strstr(t, "parallel dense=zero1 bucket_mb=8 tables=auto");
+    size_t n = strlen("parallel dense=zero1 bucket_mb=8 tables=auto");
+    char *fixed = malloc(strlen(t) + 64);
+    snprintf(fixed, strlen(t) + 64, "%.*s%s%s", (int)(line - t), t, bad[i], line + n);
+    Arena b = {0};
+    Ir back;
+    char *errors = NULL;
+    assert_false(read_text(fixed, &b, &back, &errors));
+    assert_non_null(errors);
+    assert_non_null(strstr(errors, "error:"));
+    free(errors);
+    arena_free(&b);
+    free(fixed);
+    free(t);
+  }
+  free(text);
+  arena_free(&a);
+}
+
 static void test_ir_full_model_verifies_and_round_trips(void **state) {
   (void)state;
   Arena a = {0};
@@ -1585,6 +1621,7 @@ int main(void) {
       cmocka_unit_test(test_ir_name_tables),
       cmocka_unit_test(test_ir_find_tensor_uses_the_index),
       cmocka_unit_test(test_ir_full_model_verifies_and_round_trips),
+      cmocka_unit_test(test_ir_parallel_settings_round_trip),
       cmocka_unit_test(test_ir_print_exact_text),
       cmocka_unit_test(test_ir_read_exact_text_and_locations),
       cmocka_unit_test(test_ir_op_embed),
