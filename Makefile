@@ -48,6 +48,8 @@ CFLAGS_GEMC   := $(CSTD) $(OPT) $(WARN) $(EXTRA_CFLAGS)
 # The scanner and parser that flex and bison write are not ours to lint.
 CFLAGS_GEN    := $(CSTD) $(OPT) -Wall -Werror -Wno-unused-function -Wno-unused-but-set-variable \
                  -Igrammar $(addprefix -I,$(USES_grammar)) $(EXTRA_CFLAGS)
+# Parallel jobs for `make test`'s build and its unit tests (tests/unit/run.sh).
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 LDLIBS_GEMC   := -lm -ldl -pthread $(EXTRA_LDFLAGS)
 
 LIB_SRCS  := $(filter-out compiler/driver/main.c,$(foreach l,$(LAYERS),$(wildcard $(l)/*.c)))
@@ -178,7 +180,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(BUILD)/libgemc.a
 
 # test_cli runs the built driver, so unit tests need it too.
 test-unit: $(UNIT_BINS) $(BUILD)/gemc
-	@set -e; for t in $(UNIT_BINS); do echo "== $$t"; $$t; done
+	@JOBS=$(JOBS) tests/unit/run.sh $(UNIT_BINS)
 
 test-golden: $(BUILD)/gemc
 	@tests/golden/run.sh $(BUILD)/gemc
@@ -217,7 +219,7 @@ test-layers: | $(GEN_HEADERS)
 	  $(filter-out $(call LAYER_HEADERS,$(l) $(USES_$(l))),$(call LAYER_HEADERS,$(LAYERS)));)
 
 test: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory test-layers test-unit test-golden test-models test-codegen \
 	  test-dist
 
