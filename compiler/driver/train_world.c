@@ -47,7 +47,8 @@ bool train_world_join(TrainWorld *w, bool cuda, double timeout_s) {
     train_world_error(w, err);
     return false;
   }
-  w->comm = comm_open(COMM_MPI, w->env.rank, w->env.world, timeout_s, err, sizeof err);
+  w->comm = comm_open(COMM_MPI, w->env.rank, w->env.world, timeout_s, NULL, err,
+                      sizeof err);
   if (!w->comm) {
     train_world_error(w, err);
     return false;

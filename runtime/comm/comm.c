@@ -83,10 +83,11 @@ static void read_fault_hooks(Comm *c) {
   if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->die_rank = r, c->die_step = s;
 }
 
-Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, char *err,
-                size_t err_size) {
+Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, const CommInit *init,
+                char *err, size_t err_size) {
   Comm *c = xcalloc(1, sizeof *c);
-  c->ops = b == COMM_MPI ? &comm_mpi_ops : &self_ops;
+  c->ops = b == COMM_MPI ? &comm_mpi_ops : b == COMM_NCCL ? &comm_nccl_ops : &self_ops;
+  if (init) c->init = *init;
   c->rank = rank;
   c->world = world;
   c->timeout_s = timeout_s > 0 ? timeout_s : 300;
@@ -185,6 +186,13 @@ void comm_progress(Comm *c) {
     if (r->used && !r->finished) r->finished = c->ops->test(c, r, err, sizeof err) > 0;
   }
 }
+
+void *comm_done_event(Comm *c, int handle) {
+  if (c->ops != &comm_nccl_ops || handle < 0 || handle >= COMM_MAX_INFLIGHT) return NULL;
+  return c->reqs[handle].used ? c->reqs[handle].request : NULL;
+}
+
+void *comm_stream(Comm *c) { return c->ops == &comm_nccl_ops ? c->impl_stream : NULL; }
 
 bool comm_run(Comm *c, const CommCall *call, char *err, size_t err_size) {
   int h = comm_start(c, call, err, err_size);

@@ -1,8 +1,12 @@
 // comm.h: the collectives of distributed training, over one of these backends:
 //   COMM_SELF  a world of one process; no library (every collective is a copy or nothing);
 //   COMM_MPI   OpenMPI's libmpi.so.40, loaded lazily (comm_mpi.c): the CPU executor's ranks,
-//              which meet because mpirun (or `gemc launch`, or srun) started them together.
-// Buffers are host memory. Every collective is started (comm_start) and then waited for
+//              which meet because mpirun (or `gemc launch`, or srun) started them together;
+//   COMM_NCCL  NCCL's libnccl.so.2, loaded lazily (comm_nccl.c): GPU ranks, one device each,
+//              which meet at MASTER_ADDR:MASTER_PORT (rendezvous.h). Buffers are device
+//              pointers; collectives run on the comm's own stream, ordered against compute by
+//              events (CommCall.wait_for, comm_done_event).
+// Buffers are host memory for the others. Every collective is started (comm_start) and then waited for
 // (comm_wait), so the caller can overlap it with compute; comm_progress lets the library move
 // the started ones along between pieces of compute. A wait that does not end within the
 // timeout aborts the whole job: it prints which rank waited for which operation, and the
@@ -16,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum CommBackend { COMM_SELF, COMM_MPI } CommBackend;
+typedef enum CommBackend { COMM_SELF, COMM_MPI, COMM_NCCL } CommBackend;
 typedef enum CommDtype { COMM_F32, COMM_F64, COMM_I64 } CommDtype;
 typedef enum CommKind {
   COMM_ALLREDUCE,       // recv[i] = sum over ranks of send[i], count elements (in place when
@@ -41,15 +45,24 @@ typedef struct CommCall {
   const int64_t *recv_counts;  // all-to-all: [world]
   int root;                    // broadcast
   const char *what;            // for a timeout's message: "dense gradients, bucket 2"
+  void *wait_for;              // NCCL: a CUevent the collective waits for (NULL: none)
 } CommCall;
+
+// What NCCL needs to meet: where rank 0 listens (the launcher's MASTER_ADDR and MASTER_PORT)
+// and this rank's device, whose CUDA context must be current on the calling thread.
+typedef struct CommInit {
+  const char *master_addr;
+  int master_port;
+  int device;
+} CommInit;
 
 typedef struct Comm Comm;
 
 // Joins the world. `rank` and `world` are what the launcher said (rank_env.h); the backend
 // must agree, else it is an error (an MPI launcher that is not OpenMPI's, say). timeout_s: the
 // longest a wait may take (docs/distributed.md, --comm-timeout). NULL with a message in err.
-Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, char *err,
-                size_t err_size);
+Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, const CommInit *init,
+                char *err, size_t err_size);
 void comm_close(Comm *c);  // after every started collective was waited for
 int comm_rank(const Comm *c);
 int comm_world(const Comm *c);
@@ -65,6 +78,11 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size);
 bool comm_wait(Comm *c, int handle, char *err, size_t err_size);
 // Lets started collectives move on; returns at once.
 void comm_progress(Comm *c);
+// NCCL: the CUevent recorded when collective `handle` ends, for a compute stream to wait on
+// (valid until its comm_wait); NULL for the host backends.
+void *comm_done_event(Comm *c, int handle);
+// NCCL: the stream the collectives run on (a CUstream); NULL for the host backends.
+void *comm_stream(Comm *c);
 // comm_start and comm_wait.
 bool comm_run(Comm *c, const CommCall *call, char *err, size_t err_size);
 

@@ -15,7 +15,7 @@ typedef struct CommReq {
   bool finished;   // comm_progress saw it end
   CommCall call;
   double started;  // seconds (CLOCK_MONOTONIC)
-  void *request;
+  void *request;   // MPI: its request; NCCL: the CUevent recorded at the end
   int *ints;       // 4 * world ints: counts, displacements, and a second pair for all-to-all
 } CommReq;
 
@@ -34,6 +34,7 @@ struct Comm {
   const CommOps *ops;
   int rank, world;
   double timeout_s;
+  CommInit init;          // COMM_NCCL
   int64_t step;
   int stall_rank;        // GEMC_TEST_COMM_STALL; -1: none
   int64_t stall_step;
@@ -41,8 +42,10 @@ struct Comm {
   int64_t die_step;
   CommReq reqs[COMM_MAX_INFLIGHT];
   void *impl;
+  void *impl_stream;      // COMM_NCCL: its CUstream
 };
 
 extern const CommOps comm_mpi_ops;
+extern const CommOps comm_nccl_ops;
 
 #endif

@@ -97,6 +97,7 @@ static bool resolve_all(CudaDriver *d, void *lib) {
   // Optional (CUDA 11.1 and later): only `gemc train --profile` needs it.
   d->cuEventRecordWithFlags = (CUresult(*)(CUevent, CUstream, unsigned))dlsym(lib, "cuEventRecordWithFlags");
   RESOLVE(cuEventSynchronize, "cuEventSynchronize", NULL);
+  RESOLVE(cuEventQuery, "cuEventQuery", NULL);
   RESOLVE(cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
   RESOLVE(cuStreamBeginCapture, "cuStreamBeginCapture_v2", "cuStreamBeginCapture");
   RESOLVE(cuStreamEndCapture, "cuStreamEndCapture", NULL);

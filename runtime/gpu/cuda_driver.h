@@ -36,6 +36,7 @@ enum {
   CU_ERROR_OUT_OF_MEMORY = 2,
   CU_STREAM_NON_BLOCKING = 1,
   CU_EVENT_DISABLE_TIMING = 2,
+  CU_ERROR_NOT_READY = 600,
   CU_STREAM_CAPTURE_MODE_GLOBAL = 0,
   CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1,
   CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT = 16,
@@ -98,6 +99,7 @@ typedef struct CudaDriver {
   CUresult (*cuEventRecord)(CUevent e, CUstream s);
   CUresult (*cuEventRecordWithFlags)(CUevent e, CUstream s, unsigned flags);  // NULL: none
   CUresult (*cuEventSynchronize)(CUevent e);
+  CUresult (*cuEventQuery)(CUevent e);  // CU_SUCCESS: done; CUDA_ERROR_NOT_READY: not yet
   CUresult (*cuEventElapsedTime)(float *ms, CUevent start, CUevent end);
   CUresult (*cuStreamBeginCapture)(CUstream s, int mode);
   CUresult (*cuStreamEndCapture)(CUstream s, CUgraph *g);

@@ -120,9 +120,9 @@ static void test_optim_part_equals_whole(void **state) {
 static void test_comm_self(void **state) {
   (void)state;
   char err[256] = "";
-  assert_null(comm_open(COMM_SELF, 0, 2, 10, err, sizeof err));
+  assert_null(comm_open(COMM_SELF, 0, 2, 10, NULL, err, sizeof err));
   assert_non_null(strstr(err, "a world of 2 ranks needs a communication backend"));
-  Comm *c = comm_open(COMM_SELF, 0, 1, 10, err, sizeof err);
+  Comm *c = comm_open(COMM_SELF, 0, 1, 10, NULL, err, sizeof err);
   assert_non_null(c);
   assert_int_equal(comm_world(c), 1);
   assert_string_equal(comm_backend_name(c), "self");
