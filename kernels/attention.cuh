@@ -227,17 +227,22 @@ __device__ __forceinline__ bool attn_visible(const AttnRows &r, int i, int j) {
 }
 
 // The work of one dQ block: from the tile list, one (example, tile of `rows` query rows, head);
-// without one (PMA, whose seeds every example shares), block x is (seed tile, head) and the
-// block sums examples [0, batch) in order.
+// without one (PMA, whose seeds every example shares), block x is (range, seed tile, head) over
+// `chunks` equal ranges of the batch's examples, which the block sums in order (one range, the
+// whole batch, when chunks is 1); *chunk says which range.
 __device__ __forceinline__ void attn_query_block(const int *tiles, i64 batch, int rows,
-                                                 int heads, int *b_first, int *b_end, int *i0,
-                                                 int *h) {
+                                                 int heads, int chunks, int *b_first, int *b_end,
+                                                 int *i0, int *h, int *chunk) {
   if (!tiles) {
-    *b_first = 0, *b_end = (int)batch;
-    *i0 = (int)(blockIdx.x / heads) * rows, *h = (int)(blockIdx.x % heads);
+    const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
+    const int per = (int)((batch + chunks - 1) / chunks);
+    *chunk = (int)(blockIdx.x / per_chunk);
+    *b_first = *chunk * per < batch ? *chunk * per : (int)batch;
+    *b_end = *b_first + per < batch ? *b_first + per : (int)batch;
+    *i0 = local / heads * rows, *h = local % heads;
   } else {
     const int *tile = tiles + 3 * blockIdx.x;
-    *b_first = tile[0], *b_end = tile[0] + 1, *i0 = tile[1], *h = tile[2];
+    *b_first = tile[0], *b_end = tile[0] + 1, *i0 = tile[1], *h = tile[2], *chunk = 0;
   }
 }
 

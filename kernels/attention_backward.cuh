@@ -212,18 +212,9 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
   // One tile of the list, or (no list: PMA) one (seed tile, head) summed over every example
   // in example order, so the seeds' gradient needs no atomics and no second pass.
   const int heads = r.d / DH;
-  int b_first, b_end, i0, h;  // PMA (no tile list): every example, in order
-  int chunk = 0;
-  if (!tiles && partial) {    // PMA in chunks: this block's range of examples
-    const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
-    const int per = (int)((batch + chunks - 1) / chunks);
-    chunk = (int)(blockIdx.x / per_chunk);
-    b_first = chunk * per < batch ? chunk * per : (int)batch;
-    b_end = b_first + per < batch ? b_first + per : (int)batch;
-    i0 = local / heads * TILE, h = local % heads;
-  } else {
-    attn_query_block(tiles, batch, TILE, heads, &b_first, &b_end, &i0, &h);
-  }
+  int b_first, b_end, i0, h, chunk;  // PMA (no tile list): a range of examples, in order
+  attn_query_block(tiles, batch, TILE, heads, partial ? chunks : 1, &b_first, &b_end, &i0, &h,
+                   &chunk);
   const int col0 = h * DH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};

@@ -388,17 +388,9 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, i64 batch,
   float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTNQ_ROWS * DH,
         *tile_kr = tile_v + ATTNQ_ROWS * DH;
   const int heads = r.d / DH;
-  int b_first, b_end, i0, h, chunk = 0;
-  if (!tiles && partial) {  // PMA in chunks: this block's range of examples, as attn_backward_q
-    const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
-    const int per = (int)((batch + chunks - 1) / chunks);
-    chunk = (int)(blockIdx.x / per_chunk);
-    b_first = chunk * per < batch ? chunk * per : (int)batch;
-    b_end = b_first + per < batch ? b_first + per : (int)batch;
-    i0 = local / heads * ATTNQ_ROWS, h = local % heads;
-  } else {
-    attn_query_block(tiles, batch, ATTNQ_ROWS, heads, &b_first, &b_end, &i0, &h);
-  }
+  int b_first, b_end, i0, h, chunk;  // PMA (no tile list): a range of examples, in order
+  attn_query_block(tiles, batch, ATTNQ_ROWS, heads, partial ? chunks : 1, &b_first, &b_end, &i0, &h,
+                   &chunk);
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;

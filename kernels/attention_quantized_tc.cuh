@@ -384,17 +384,9 @@ __device__ __forceinline__ void attnq_backward_q_tc(GT *__restrict__ dq, i64 bat
   attnm_need_smem(AttnmSmem<DH>::BACKWARD_Q);
   enum { NB = DH / 16 };
   const int heads = r.d / DH;
-  int b_first, b_end, i0, h, chunk = 0;
-  if (!tiles && partial) {  // as attnq_backward_q
-    const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
-    const int per = (int)((batch + chunks - 1) / chunks);
-    chunk = (int)(blockIdx.x / per_chunk);
-    b_first = chunk * per < batch ? chunk * per : (int)batch;
-    b_end = b_first + per < batch ? b_first + per : (int)batch;
-    i0 = local / heads * 64, h = local % heads;
-  } else {
-    attn_query_block(tiles, batch, 64, heads, &b_first, &b_end, &i0, &h);
-  }
+  int b_first, b_end, i0, h, chunk;  // PMA (no tile list): a range of examples, in order
+  attn_query_block(tiles, batch, 64, heads, partial ? chunks : 1, &b_first, &b_end, &i0, &h,
+                   &chunk);
   const AttnmStats st = attnm_stats_at((float *)(attn_smem + AttnmSmem<DH>::BACKWARD_Q - AttnmSmem<DH>::STATS));
   float acc[4][NB][4], part[4][NB][4];
   attnm_zero(acc);
