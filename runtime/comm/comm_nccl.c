@@ -57,6 +57,7 @@ static const char *const LIBNCCL = "libnccl.so.2";
 
 static bool load(Nccl *n, char *err, size_t err_size) {
   n->lib = dlopen(LIBNCCL, RTLD_NOW | RTLD_LOCAL);
+  if (!n->lib) n->lib = dlopen("/usr/local/cuda/lib64/libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (!n->lib)
     return fail(err, err_size, "cannot load NCCL (%s: %s): GPU ranks need it; it ships with the "
                 "CUDA toolkit (or apt-get install libnccl2)", LIBNCCL, dlerror());
