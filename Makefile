@@ -196,13 +196,7 @@ test-models: $(BUILD)/gemc
 test-codegen: $(BUILD)/gemc
 	@tests/codegen/nvrtc_check.sh $(BUILD)/gemc
 	@tests/codegen/table_grad_emu.sh $(BUILD)/gemc
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_small.gem 2e-2
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_variants.gem 2e-3
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_attention_fp8.gem 1e-3
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_attention_tiny_kv.gem 1e-3
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/codegen/attention_mx_head16.gem 1e-3
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/golden/codegen_hot_table.gem 1e-5
-	@PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh $(BUILD)/gemc tests/gpu/models/interact_fp8.gem 1e-5
+	@JOBS=$(JOBS) tests/codegen/plan_emu_all.sh $(BUILD)/gemc
 	@tests/limits/run.sh $(BUILD)/gemc
 
 # Distributed training with real processes: 1, 2 and 4 CPU ranks through OpenMPI's mpirun

@@ -1,0 +1,32 @@
+#!/bin/sh
+# tests/codegen/plan_emu_all.sh GEMC: plan_emu.sh over every model it checks, JOBS at a time
+# (default: the cores; each run is a C++ compile, then one thread per emulated CUDA thread,
+# which leaves a core half idle), each one's output printed whole in this order. Exits 1 when
+# any failed, naming them.
+set -u
+cd "$(dirname "$0")/../.." || exit 2
+gemc=$1
+jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
+dir=$(mktemp -d) || exit 2
+trap 'rm -rf "$dir"' EXIT INT TERM
+# MODEL TOLERANCE, the slowest first so the pairs finish together.
+cases='tests/golden/codegen_attention_tiny_kv.gem 1e-3
+tests/golden/codegen_attention_fp8.gem 1e-3
+tests/gpu/models/interact_fp8.gem 1e-5
+tests/golden/codegen_hot_table.gem 1e-5
+tests/golden/codegen_variants.gem 2e-3
+tests/golden/codegen_small.gem 2e-2
+tests/codegen/attention_mx_head16.gem 1e-3'
+echo "$cases" | awk '{ print NR, $1, $2 }' |
+  xargs -P "$jobs" -n 3 sh -c 'PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh "$0" "$2" "$3" \
+    >"'"$dir"'/$1.log" 2>&1; echo $? >"'"$dir"'/$1.rc"' "$gemc"
+i=0
+echo "$cases" | while read -r model tol; do
+  i=$((i + 1))
+  cat "$dir/$i.log"
+  [ "$(cat "$dir/$i.rc" 2>/dev/null)" = 0 ] || echo "$model" >>"$dir/failed"
+done
+if [ -s "$dir/failed" ]; then
+  echo "plan_emu: FAILED: $(tr '\n' ' ' <"$dir/failed")"
+  exit 1
+fi
