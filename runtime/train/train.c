@@ -878,28 +878,36 @@ static bool dist_apply(Trainer *t, char *err, size_t err_size) {
   return !zero || dense_sync_update(t->dense, t->dense_states, err, err_size);
 }
 
+// The forward pass of this rank's share of t->batch (the global batch): the share is cut,
+// the rows of sharded tables it reads are fetched, and the global batch's mean loss is
+// all-reduced into *loss. *share: this rank's examples over B.
+static bool dist_forward(Trainer *t, double *loss, double *share, char *err, size_t err_size) {
+  int rank = comm_rank(t->comm), world = comm_world(t->comm);
+  batch_split(&t->batch, world, t->split);
+  int64_t first = t->split[rank], n = t->split[rank + 1] - first;
+  t->local.B = n;
+  batch_copy(&t->schema, &t->local, 0, &t->batch, first, n);
+  *share = (double)n / (double)t->batch.B;
+  char reason[512];
+  if (!table_sync_fetch(t->tables, t->x, &t->local, err, err_size)) return false;
+  if (!cpu_exec_set_batch(t->x, &t->local, reason, sizeof reason))
+    return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, reason);
+  *loss = *share * cpu_exec_forward(t->x);
+  return dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
+}
+
 static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
   Comm *c = t->comm;
-  int rank = comm_rank(c), world = comm_world(c);
   double start = dist_clock(), comm_before = t->dist_comm_s;
   double tables_before = table_sync_seconds(t->tables);
   comm_set_step(c, t->step + 1);
   comm_test_faults(c);
   if (!next_training_batch(t, err, err_size)) return false;
-  batch_split(&t->batch, world, t->split);
-  int64_t first = t->split[rank], n = t->split[rank + 1] - first;
-  t->local.B = n;
-  batch_copy(&t->schema, &t->local, 0, &t->batch, first, n);
-  double share = (double)n / (double)t->B;
+  double l, share;
+  if (!dist_forward(t, &l, &share, err, err_size)) return false;
   dense_sync_begin(t->dense, t->x, share);
-  char reason[512];
-  if (!table_sync_fetch(t->tables, t->x, &t->local, err, err_size)) return false;
-  if (!cpu_exec_set_batch(t->x, &t->local, reason, sizeof reason))
-    return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, reason);
   t->flops += step_flops(t->ir, &t->local, true);
   t->global_flops += step_flops(t->ir, &t->batch, true);
-  double l = share * cpu_exec_forward(t->x);
-  if (!dist_allreduce(t, &l, 1, COMM_F64, "the loss", err, err_size)) return false;
   if (test_nan(t)) l = NAN;
   if (!isfinite(l)) {
     if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
@@ -1065,10 +1073,6 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
 // --- evaluation -------------------------------------------------------------------------
 
 bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
-  // Every rank evaluates the whole held-out set on whole tables (so all agree on it).
-  if (t->comm && table_sync_any_sharded(t->tables) &&
-      !table_sync_gather(t->tables, t->x, t->table_states, err, err_size))
-    return false;
   Metrics *model = xcalloc((size_t)t->ntasks, sizeof *model);
   Metrics *teacher = xcalloc((size_t)t->ntasks, sizeof *teacher);
   float *teacher_probs = t->synth ? xcalloc((size_t)t->B, sizeof *teacher_probs) : NULL;
@@ -1090,14 +1094,24 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
            gpu_session_finish(t->gpu, &l, err, err_size);
       if (!ok) break;
       loss_sum += l;
+    } else if (t->comm) {
+      // Each rank evaluates its share of every held-out batch, as it trains.
+      double l = 0, share;
+      ok = ok && dist_forward(t, &l, &share, err, err_size);
+      if (!ok) break;
+      loss_sum += l;
     } else {
       ok = ok && bind_batch(t, err, err_size);
       if (!ok) break;
       loss_sum += cpu_exec_forward(t->x);
     }
-    for (int k = 0; k < t->ntasks; k++) {
-      metrics_add(&model[k], t->gpu ? gpu_session_probs(t->gpu, k) : cpu_exec_task_probs(t->x, k),
-                  task_labels(t, k), t->B);
+    for (int k = 0; ok && k < t->ntasks; k++) {
+      const float *probs = NULL;
+      if (t->gpu) probs = gpu_session_probs(t->gpu, k);
+      else if (t->comm) ok = dist_gather_probs(t, k, err, err_size), probs = t->probs_all;
+      else probs = cpu_exec_task_probs(t->x, k);
+      if (!ok) break;
+      metrics_add(&model[k], probs, task_labels(t, k), t->B);
       if (!t->synth) continue;
       for (int64_t b = 0; b < t->B; b++)
         teacher_probs[b] = (float)synth_teacher_prob(t->synth, &t->batch, b, t->label_feature[k]);

@@ -3,7 +3,8 @@
 # OpenMPI (docs/distributed.md). Each run trains gem_tiny; ranks are oversubscribed (4 ranks
 # on 2 cores is a slower, still correct run). What must hold:
 #   - 2 and 4 ranks compute what 1 rank computes at the same global batch: every step's loss
-#     within 1e-5 relative over 50 steps (the order of the sums differs, nothing else);
+#     within 1e-5 relative over 50 steps (the order of the sums differs, nothing else), and
+#     the held-out loss, which each rank evaluates on its share;
 #   - ZeRO-1 and ZeRO-2 equal data parallel; buckets small enough to overlap the backward do too;
 #   - row-wise and table-wise sharded tables equal replicated ones;
 #   - the divergence guard decides for all ranks together (--on-nan skip with NaN steps);
@@ -73,12 +74,25 @@ same() {
   else fail "$what: $1 steps, largest relative difference $2 (tolerance $TOL)"; fi
 }
 
+# The held-out loss, which the ranks compute on their shares of every held-out batch.
+eval_loss() {
+  awk '/"eval": \{/ { on = 1 } on && $1 == "\"loss\":" { sub(/,$/, "", $2); print $2; exit }' "$1"
+}
+same_eval() {
+  what=$1 a=$(eval_loss "$2") b=$(eval_loss "$3")
+  if awk -v a="$a" -v b="$b" -v t=$TOL 'BEGIN { d = a - b; if (d < 0) d = -d;
+       exit !(a != "" && b != "" && d <= t * (b < 0 ? -b : b)) }'
+  then pass "$what: held-out loss $a against $b"
+  else fail "$what: held-out loss $a against $b"; fi
+}
+
 echo "== distributed training on CPU ranks (OpenMPI), gem_tiny, $STEPS steps"
 train one 1
 train dp2 2
 train dp4 4
 same "2 ranks = 1 rank" dp2.json one.json
 same "4 ranks = 1 rank" dp4.json one.json
+same_eval "4 ranks evaluate as 1 rank" dp4.json one.json
 
 train buckets2 2 --bucket-mb 0.01
 if grep -q '"buckets": [2-9]' buckets2.json; then same "2 ranks, 6 small buckets = 1 rank" buckets2.json one.json
@@ -95,6 +109,7 @@ train mixed4 4 --shard items=row,ads=table --dense zero2 --bucket-mb 0.01
 same "row-wise tables = replicated (2 ranks)" row2.json dp2.json
 same "table-wise tables = replicated (2 ranks)" table2.json dp2.json
 same "row + table-wise tables, ZeRO-2, buckets = 1 rank (4 ranks)" mixed4.json one.json
+same_eval "sharded tables evaluate as 1 rank (4 ranks)" mixed4.json one.json
 grep -q 'items: 1000 x 32, row-wise over 4 ranks' mixed4.json &&
   grep -q 'ads: 1000 x 32, table-wise, on rank' mixed4.json &&
   pass "the placement is reported" || fail "mixed4.json does not report the placement"
