@@ -683,7 +683,7 @@ static void test_sema_table_unknown_attribute(void **state) {
       "  a = embed(items, ad);\n"
       "  loss bce(linear(a, 1), click);\n"
       "}\n",
-      12, 22, "unknown table attribute 'rowz'; expected rows, dim, precision or optim",
+      12, 22, "unknown table attribute 'rowz'; expected rows, dim, precision, optim or shard",
       12, 22, "did you mean 'rows'?");
 }
 
