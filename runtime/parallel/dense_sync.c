@@ -219,26 +219,18 @@ static int64_t own_range(const Bucket *k, const DParam *p, int64_t *from) {
   return hi - lo;
 }
 
-// Every bucket: this rank's part of each parameter's `which` array (0: the parameter, 1 and
-// 2: AdamW's m and v) to every rank, then unpacked.
-static bool gather_parts(DenseSync *d, OptimState *const *states, int which, char *err,
-                         size_t err_size) {
+// Every bucket: this rank's part of each parameter to every rank, then unpacked.
+static bool gather_params(DenseSync *d, char *err, size_t err_size) {
   for (int j = 0; j < d->nb; j++) {
     Bucket *k = &d->b[j];
     for (int i = k->first; i < k->first + k->count; i++) {
       const DParam *p = &d->p[i];
-      const OptimState *st = states[p->index];
-      const float *src = which == 0 ? cpu_exec_data(d->x, p->tensor) : which == 1 ? st->m : st->v;
+      const float *w = cpu_exec_data(d->x, p->tensor);
       int64_t from, n = own_range(k, p, &from);
-      float *dst = k->part + (p->offset + from - k->own_lo);
-      if (n > 0) {
-        if (src) memcpy(dst, src + from, (size_t)n * sizeof *dst);
-        else memset(dst, 0, (size_t)n * sizeof *dst);
-      }
+      if (n > 0) memcpy(k->part + (p->offset + from - k->own_lo), w + from, (size_t)n * sizeof *w);
     }
     CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = k->part,
-                     .recv = k->buf, .counts = k->parts,
-                     .what = which == 0 ? "updated parameters (ZeRO)" : "optimizer state (ZeRO)"};
+                     .recv = k->buf, .counts = k->parts, .what = "updated parameters (ZeRO)"};
     k->handle = comm_start(d->c, &call, err, err_size);
     if (k->handle < 0) return false;
   }
@@ -246,11 +238,19 @@ static bool gather_parts(DenseSync *d, OptimState *const *states, int which, cha
   for (int j = 0; j < d->nb; j++)
     for (int i = d->b[j].first; i < d->b[j].first + d->b[j].count; i++) {
       const DParam *p = &d->p[i];
-      OptimState *st = states[p->index];
-      float *dst = which == 0 ? cpu_exec_data(d->x, p->tensor) : which == 1 ? st->m : st->v;
-      if (dst) memcpy(dst, d->b[j].buf + p->offset, (size_t)p->numel * sizeof *dst);
+      memcpy(cpu_exec_data(d->x, p->tensor), d->b[j].buf + p->offset,
+             (size_t)p->numel * sizeof(float));
     }
   return true;
+}
+
+int64_t dense_sync_owned(const DenseSync *d, int i, int64_t *from) {
+  *from = 0;
+  if (d->mode == DENSE_DATA_PARALLEL) return 0;
+  for (int j = 0; j < d->nb; j++)
+    for (int k = d->b[j].first; k < d->b[j].first + d->b[j].count; k++)
+      if (d->p[k].index == i) return own_range(&d->b[j], &d->p[k], from);
+  return 0;
 }
 
 bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_t err_size) {
@@ -265,10 +265,5 @@ bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_
       optim_step_dense_part(states[p->index], cpu_exec_data(d->x, p->tensor), g, from, n);
     }
   }
-  return gather_parts(d, states, 0, err, err_size);
-}
-
-bool dense_sync_gather_state(DenseSync *d, OptimState *const *states, char *err,
-                             size_t err_size) {
-  return gather_parts(d, states, 1, err, err_size) && gather_parts(d, states, 2, err, err_size);
+  return gather_params(d, err, err_size);
 }

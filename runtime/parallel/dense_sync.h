@@ -49,10 +49,9 @@ bool dense_sync_finish(DenseSync *d, char *err, size_t err_size);
 // ZeRO: the update of this rank's parts (states[i]: parameter i's optimizer, in the order of
 // `params`), then the all-gather of the updated parameters. Each state's step advances.
 bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_t err_size);
-// ZeRO, before a checkpoint: every rank's parts of the AdamW moments to every rank, so each
-// state is whole again.
-bool dense_sync_gather_state(DenseSync *d, OptimState *const *states, char *err,
-                             size_t err_size);
+// ZeRO: the elements of parameter i (in the order of `params`) that this rank owns,
+// [*from, *from + n); n is 0 when it owns none (and always for data parallel).
+int64_t dense_sync_owned(const DenseSync *d, int i, int64_t *from);
 // Seconds this step spent waiting in finish and update (the exposed communication).
 double dense_sync_wait_seconds(const DenseSync *d);
 // Seconds from the step's first bucket start to the end of finish (the gradients' reduction,

@@ -62,11 +62,6 @@ static int owner_of(const TableSync *s, const TState *t, int64_t id) {
   return t->place == PLACE_TABLE ? t->owner : (int)(id % s->world);
 }
 
-static int64_t owned_rows(const TableSync *s, const TState *t, int rank) {
-  if (t->place == PLACE_TABLE) return t->owner == rank ? t->rows : 0;
-  return t->rows > rank ? (t->rows - rank + s->world - 1) / s->world : 0;
-}
-
 TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
                           const TablePlacement *placement) {
   TableSync *s = xcalloc(1, sizeof *s);
@@ -391,58 +386,15 @@ void table_sync_grad(const TableSync *s, int table, const int64_t **ids, const f
   *nrows = t ? t->n : 0;
 }
 
-// Rank r's owned rows of t, in order, written to out (width floats per row) from src, or
-// read back from it (unpack).
-static void owned_pack(const TableSync *s, const TState *t, int rank, float *rows, float *packed,
-                       int64_t width, bool unpack) {
-  int64_t k = 0;
-  int64_t first = t->place == PLACE_TABLE ? 0 : rank, stride = t->place == PLACE_TABLE ? 1 : s->world;
-  for (int64_t id = first; id < t->rows; id += stride, k++) {
-    float *a = rows + id * width, *b = packed + k * width;
-    if (unpack) memcpy(a, b, (size_t)width * sizeof *a);
-    else memcpy(b, a, (size_t)width * sizeof *a);
-  }
-}
-
-static bool gather_array(TableSync *s, const TState *t, float *rows, int64_t width,
-                         const char *what, char *err, size_t err_size) {
-  int64_t *counts = xcalloc((size_t)s->world, sizeof *counts), *at = xcalloc((size_t)s->world, sizeof *at);
-  int64_t total = 0;
-  for (int r = 0; r < s->world; r++) {
-    at[r] = total;
-    counts[r] = owned_rows(s, t, r) * width;
-    total += counts[r];
-  }
-  float *mine = xcalloc((size_t)counts[s->rank] + 1, sizeof *mine);
-  float *all = xcalloc((size_t)total + 1, sizeof *all);
-  if (owned_rows(s, t, s->rank) > 0) owned_pack(s, t, s->rank, rows, mine, width, false);
-  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = mine, .recv = all,
-                   .counts = counts, .what = what};
-  bool ok = comm_run(s->c, &call, err, err_size);
-  for (int r = 0; ok && r < s->world; r++)
-    if (counts[r] > 0) owned_pack(s, t, r, rows, all + at[r], width, true);
-  free(counts);
-  free(at);
-  free(mine);
-  free(all);
-  return ok;
-}
-
-bool table_sync_gather(TableSync *s, CpuExec *x, OptimState *const *states, char *err,
-                       size_t err_size) {
-  double t0 = now_s();
-  bool ok = true;
-  for (int k = 0; ok && k < s->nt; k++) {
-    const TState *t = &s->t[k];
-    if (t->place == PLACE_REPLICATE) continue;
-    ok = gather_array(s, t, cpu_exec_data(x, t->tensor), t->dim, "sharded table rows", err,
-                      err_size);
-    const OptimState *st = states[t->tensor];
-    if (ok && st && st->rowsum)
-      ok = gather_array(s, t, st->rowsum, 1, "sharded table optimizer state", err, err_size);
-  }
-  s->seconds += now_s() - t0;
-  return ok;
+int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *ids) {
+  const TState *t = find(s, table);
+  if (!t || t->place == PLACE_REPLICATE) return 0;
+  int64_t n = 0, first = t->place == PLACE_TABLE ? 0 : rank;
+  int64_t stride = t->place == PLACE_TABLE ? 1 : s->world;
+  if (t->place == PLACE_TABLE && t->owner != rank) return 0;
+  for (int64_t id = first; id < t->rows; id += stride, n++)
+    if (ids) ids[n] = id;
+  return n;
 }
 
 double table_sync_seconds(const TableSync *s) { return s->seconds; }

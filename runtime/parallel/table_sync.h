@@ -50,10 +50,9 @@ bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_
 bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size);
 void table_sync_grad(const TableSync *s, int table, const int64_t **ids, const float **g,
                      int64_t *nrows);
-// Before a checkpoint or an evaluation: every sharded table's owned rows and their optimizer
-// state (states[ir->ntensors], NULL where none) to every rank, so each rank's copy is whole.
-bool table_sync_gather(TableSync *s, CpuExec *x, OptimState *const *states, char *err,
-                       size_t err_size);
+// The rows of `table` that `rank` owns, ascending, into ids (NULL: only count them); 0 for a
+// replicated table.
+int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *ids);
 // Seconds this step spent in the table collectives.
 double table_sync_seconds(const TableSync *s);
 

@@ -96,6 +96,13 @@ static void writer_put(Writer *w, const void *data, size_t n) {
 
 bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int64_t step,
                      const CkptEntry *e, int n, char *err, size_t err_size) {
+  return checkpoint_save_named(dir, CHECKPOINT_FILE, model, model_key, step, e, n, err,
+                               err_size);
+}
+
+bool checkpoint_save_named(const char *dir, const char *file, const char *model,
+                           uint64_t model_key, int64_t step, const CkptEntry *e, int n,
+                           char *err, size_t err_size) {
   size_t name_len = strlen(model);
   if (name_len > MAX_MODEL_NAME)
     return fail(err, err_size, "model name '%s' is too long for a checkpoint", model);
@@ -114,8 +121,7 @@ bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int
   if (!file_make_dirs(dir, "checkpoint directory", err, err_size)) return false;
 
   char final_path[4200];
-  if (snprintf(final_path, sizeof final_path, "%s/%s", dir, CHECKPOINT_FILE) >=
-      (int)sizeof final_path)
+  if (snprintf(final_path, sizeof final_path, "%s/%s", dir, file) >= (int)sizeof final_path)
     return fail(err, err_size, "checkpoint directory name is too long: %s", dir);
   AtomicFile out;
   if (!atomic_begin(&out, final_path, err, err_size)) return false;
@@ -202,9 +208,10 @@ static bool read_exact(CkptFile *x, void *buf, size_t n, uint64_t at, char *err,
 }
 
 // Checks magic, version, size and checksum, then reads the directory of entries.
-static bool index_open(CkptFile *x, const char *dir, char *err, size_t err_size) {
+static bool index_open(CkptFile *x, const char *dir, const char *file, char *err,
+                       size_t err_size) {
   x->fd = -1;
-  if (snprintf(x->path, sizeof x->path, "%s/%s", dir, CHECKPOINT_FILE) >= (int)sizeof x->path)
+  if (snprintf(x->path, sizeof x->path, "%s/%s", dir, file) >= (int)sizeof x->path)
     return fail(err, err_size, "checkpoint directory name is too long: %s", dir);
   int64_t size = 0;
   char reason[512];
@@ -351,9 +358,14 @@ static bool check_floats(CkptFile *x, int k, CkptCheck check, char *err, size_t 
 }
 
 CkptFile *checkpoint_open(const char *dir, CkptInfo *info, char *err, size_t err_size) {
+  return checkpoint_open_named(dir, CHECKPOINT_FILE, info, err, err_size);
+}
+
+CkptFile *checkpoint_open_named(const char *dir, const char *file, CkptInfo *info, char *err,
+                                size_t err_size) {
   CkptFile *x = xcalloc(1, sizeof *x);
   if (info) memset(info, 0, sizeof *info);
-  if (!index_open(x, dir, err, err_size)) {
+  if (!index_open(x, dir, file, err, err_size)) {
     index_free(x);
     return NULL;
   }

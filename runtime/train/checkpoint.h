@@ -3,6 +3,7 @@
 // model or other shapes. docs/train.md describes the file format.
 // defines: CkptEntry, CkptCheck, CkptInfo, CkptFile, checkpoint_save, checkpoint_open,
 //          checkpoint_read, checkpoint_close, checkpoint_load, checkpoint_info,
+//          checkpoint_save_named, checkpoint_open_named,
 //          CHECKPOINT_FILE, CHECKPOINT_LOCK
 #ifndef GEMC_CHECKPOINT_H
 #define GEMC_CHECKPOINT_H
@@ -35,6 +36,11 @@ typedef struct CkptEntry {
 // left untouched and no temporary file remains.
 bool checkpoint_save(const char *dir, const char *model, uint64_t model_key, int64_t step,
                      const CkptEntry *e, int n, char *err, size_t err_size);
+// The same for DIR/FILE (the shards and the manifest of a distributed checkpoint,
+// checkpoint_set.h).
+bool checkpoint_save_named(const char *dir, const char *file, const char *model,
+                           uint64_t model_key, int64_t step, const CkptEntry *e, int n,
+                           char *err, size_t err_size);
 // Reads DIR/checkpoint.gemc into the entries' buffers; every entry must be present with its
 // exact size, and no other. Returns the step. Nothing is written to the buffers unless the
 // whole file checks out (its checksum, its directory, each entry's CkptCheck).
@@ -60,6 +66,8 @@ bool checkpoint_info(const char *dir, CkptInfo *info, char *err, size_t err_size
 // entries and their CkptChecks, then fills the buffers.
 typedef struct CkptFile CkptFile;
 CkptFile *checkpoint_open(const char *dir, CkptInfo *info, char *err, size_t err_size);
+CkptFile *checkpoint_open_named(const char *dir, const char *file, CkptInfo *info, char *err,
+                                size_t err_size);
 bool checkpoint_read(CkptFile *f, uint64_t model_key, const CkptEntry *e, int n, char *err,
                      size_t err_size);
 // One entry alone, of exactly `size` bytes (to validate small fields before checkpoint_read).

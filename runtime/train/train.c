@@ -19,6 +19,7 @@
 #include "batch_split.h"
 #include "checked.h"
 #include "checkpoint.h"
+#include "checkpoint_set.h"
 #include "cpu_exec.h"
 #include "datafile.h"
 #include "flops.h"
@@ -301,7 +302,6 @@ static bool setup_data_file(Trainer *t, char *err, size_t err_size) {
 
 static bool dist_setup(Trainer *t, char *err, size_t err_size);
 static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_t err_size);
-static bool dist_gather_state(Trainer *t, char *err, size_t err_size);
 
 Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) {
   GEMC_ASSERT(ir->loss >= 0);
@@ -965,15 +965,6 @@ static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_
   return bad == 0;
 }
 
-static bool dist_gather_state(Trainer *t, char *err, size_t err_size) {
-  double t0 = dist_clock();
-  bool ok = (dense_sync_mode(t->dense) == DENSE_DATA_PARALLEL ||
-             dense_sync_gather_state(t->dense, t->dense_states, err, err_size)) &&
-            table_sync_gather(t->tables, t->x, t->table_states, err, err_size);
-  t->dist_comm_s += dist_clock() - t0;
-  return ok;
-}
-
 bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size) {
   memset(out, 0, sizeof *out);
   if (!t->comm) return fail(err, err_size, "not a distributed run");
@@ -1250,6 +1241,22 @@ static bool gpu_state_from_host(Trainer *t, const char *dir, char *err, size_t e
   return true;
 }
 
+// The entries of a whole checkpoint, counters and curve filled in.
+static void whole_entries(Trainer *t, Entries *s) {
+  list_entries(t, s, t->losses, t->step, t->ncurve);
+  s->counters[0] = t->cursor;
+  s->counters[1] = t->B;
+  s->counters[2] = (int64_t)t->opt.seed;
+  for (int i = 0; i < t->ncurve; i++) {
+    const CurvePoint *p = &t->curve[i];
+    double row[6] = {(double)p->step, p->train_loss, p->eval_loss, p->train_ne, p->eval_ne,
+                     p->eval_auc};
+    memcpy(s->curve + 6 * i, row, sizeof row);
+  }
+}
+
+static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size);
+
 bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   // The guard: a state that is not finite is never written; the last checkpoint stays.
   char why[768];
@@ -1257,30 +1264,192 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
     return fail(err, err_size, "%s; not saved: the checkpoint in %s is left as it was", why,
                 dir);
   if (t->gpu && !gpu_state_to_host(t, err, err_size)) return false;
-  // Distributed: every rank's shards come together, and rank 0 writes the whole state, which
-  // any world size can resume from.
-  if (t->comm && !dist_gather_state(t, err, err_size)) return false;
-  if (t->comm && comm_rank(t->comm) != 0) {
-    if (dist_agree(t, true, "the checkpoint's save", err, err_size)) return true;
-    return fail(err, err_size, "rank 0 could not write the checkpoint in %s", dir);
-  }
+  // Distributed: each rank writes its shard, then rank 0 the manifest (dist_save).
+  if (t->comm) return dist_save(t, dir, err, err_size);
   Entries s;
-  list_entries(t, &s, t->losses, t->step, t->ncurve);
-  s.counters[0] = t->cursor;
-  s.counters[1] = t->B;
-  s.counters[2] = (int64_t)t->opt.seed;
-  for (int i = 0; i < t->ncurve; i++) {
-    const CurvePoint *p = &t->curve[i];
-    double row[6] = {(double)p->step, p->train_loss, p->eval_loss, p->train_ne, p->eval_ne,
-                     p->eval_auc};
-    memcpy(s.curve + 6 * i, row, sizeof row);
-  }
+  whole_entries(t, &s);
   bool ok = checkpoint_save(dir, t->ir->model, t->key, t->step, s.e, s.n, err, err_size);
   entries_free(&s);
-  if (t->comm) {
-    char agree_err[256];
-    if (!dist_agree(t, ok, "the checkpoint's save", agree_err, sizeof agree_err) && ok)
-      return fail(err, err_size, "%s", agree_err);
+  if (ok) checkpoint_set_remove(dir);  // a distributed checkpoint there is replaced
+  return ok;
+}
+
+// --- distributed checkpoints --------------------------------------------------------------
+// Rank 0's shard is a whole checkpoint's entries (its copies of other ranks' parts are stale
+// and are overwritten on resume); rank r's holds only the parts it owns: "part.ids:T",
+// "part.table:T" and "part.adagrad.rowsum:T" for a sharded table T, "part.range:P" (from,
+// count), "part.adamw.m:P" and "part.adamw.v:P" for a ZeRO parameter P. Each part names what
+// it covers, so any world size can put the state back together (resharding).
+
+// The buffers of a shard's entries, freed with it.
+typedef struct Parts {
+  Entries s;
+  void **owned;
+  int nowned, cap;
+} Parts;
+
+static void *parts_alloc(Parts *p, size_t bytes) {
+  if (p->nowned == p->cap) {
+    p->cap = p->cap ? 2 * p->cap : 16;
+    p->owned = xrealloc(p->owned, (size_t)p->cap * sizeof *p->owned);
+  }
+  return p->owned[p->nowned++] = xcalloc(bytes + 1, 1);
+}
+
+static void parts_free(Parts *p) {
+  for (int i = 0; i < p->nowned; i++) free(p->owned[i]);
+  free(p->owned);
+  entries_free(&p->s);
+}
+
+static void list_parts(Trainer *t, Parts *p) {
+  memset(p, 0, sizeof *p);
+  int rank = comm_rank(t->comm), di = 0;
+  for (int i = 0; i < t->ntrained; i++) {
+    Trained *q = &t->trained[i];
+    const char *name = t->ir->tensors[q->tensor].name;
+    if (q->table) {
+      int64_t n = table_sync_owned_ids(t->tables, q->tensor, rank, NULL);
+      if (n == 0) continue;
+      int64_t *ids = parts_alloc(p, (size_t)n * sizeof *ids);
+      table_sync_owned_ids(t->tables, q->tensor, rank, ids);
+      float *rows = parts_alloc(p, (size_t)(n * q->dim) * sizeof *rows);
+      const float *w = cpu_exec_data(t->x, q->tensor);
+      for (int64_t k = 0; k < n; k++)
+        memcpy(rows + k * q->dim, w + ids[k] * q->dim, (size_t)q->dim * sizeof *rows);
+      add_entry(&p->s, "part.ids", name, ids, (size_t)n * sizeof *ids, CKPT_ANY);
+      add_entry(&p->s, "part.table", name, rows, (size_t)(n * q->dim) * sizeof *rows,
+                CKPT_FINITE);
+      if (q->st.rowsum) {
+        float *sums = parts_alloc(p, (size_t)n * sizeof *sums);
+        for (int64_t k = 0; k < n; k++) sums[k] = q->st.rowsum[ids[k]];
+        add_entry(&p->s, "part.adagrad.rowsum", name, sums, (size_t)n * sizeof *sums,
+                  CKPT_FINITE_NONNEG);
+      }
+    } else if (ir_grad_of(t->ir, q->tensor) >= 0) {
+      int64_t from, n = dense_sync_owned(t->dense, di++, &from);
+      if (n == 0 || !q->st.m) continue;
+      int64_t *range = parts_alloc(p, 2 * sizeof *range);
+      range[0] = from;
+      range[1] = n;
+      add_entry(&p->s, "part.range", name, range, 2 * sizeof *range, CKPT_ANY);
+      add_entry(&p->s, "part.adamw.m", name, q->st.m + from, (size_t)n * sizeof(float),
+                CKPT_FINITE);
+      add_entry(&p->s, "part.adamw.v", name, q->st.v + from, (size_t)n * sizeof(float),
+                CKPT_FINITE_NONNEG);
+    }
+  }
+}
+
+static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
+  int rank = comm_rank(t->comm), world = comm_world(t->comm);
+  char file[64];
+  checkpoint_shard_file(file, sizeof file, t->step, rank, world);
+  bool ok;
+  if (rank == 0) {
+    Entries s;
+    whole_entries(t, &s);
+    ok = checkpoint_save_named(dir, file, t->ir->model, t->key, t->step, s.e, s.n, err,
+                               err_size);
+    entries_free(&s);
+  } else {
+    // No history here: the header's step is 0 and the step is an entry (as in the manifest).
+    Parts p;
+    list_parts(t, &p);
+    int64_t step = t->step;
+    add_entry(&p.s, "set.step", "", &step, sizeof step, CKPT_ANY);
+    ok = checkpoint_save_named(dir, file, t->ir->model, t->key, 0, p.s.e, p.s.n, err,
+                               err_size);
+    parts_free(&p);
+  }
+  char agree_err[256];
+  if (!dist_agree(t, ok, "the checkpoint's shards", agree_err, sizeof agree_err))
+    return ok ? fail(err, err_size, "another rank could not write its shard of the checkpoint "
+                     "in %s (that rank names why); the previous checkpoint stays", dir)
+              : false;
+  // Test hook: GEMC_TEST_CKPT_NO_MANIFEST=1 stops before the manifest, as a crash there would.
+  const char *hook = getenv("GEMC_TEST_CKPT_NO_MANIFEST");
+  bool commit = !(hook && strcmp(hook, "1") == 0);
+  if (rank == 0 && commit)
+    ok = checkpoint_set_commit(dir, t->ir->model, t->key, t->step, world, err, err_size);
+  if (!dist_agree(t, ok, "the checkpoint's manifest", agree_err, sizeof agree_err) && ok)
+    return fail(err, err_size, "rank 0 could not write the checkpoint's manifest in %s", dir);
+  return ok;
+}
+
+// Puts the parts of shards 1 .. world - 1 of the set over the state read from shard 0.
+static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, char *err,
+                       size_t err_size) {
+  bool ok = true;
+  for (int r = 1; ok && r < set->world; r++) {
+    char file[64];
+    checkpoint_shard_file(file, sizeof file, set->step, r, set->world);
+    CkptInfo info;
+    CkptFile *f = checkpoint_open_named(dir, file, &info, err, err_size);
+    if (!f) return false;
+    int64_t step = -1;
+    ok = checkpoint_read_entry(f, "set.step", &step, sizeof step, err, err_size);
+    if (ok && (info.model_key != t->key || step != set->step))
+      ok = fail(err, err_size, "%s/%s belongs to another model or step than its manifest; "
+                "refused", dir, file);
+    for (int k = 0; ok && k < info.nentries; k++) {
+      const char *e = info.names[k], *colon = strchr(e, ':');
+      bool ids_entry = colon && strncmp(e, "part.ids:", 9) == 0;
+      bool range_entry = colon && strncmp(e, "part.range:", 11) == 0;
+      if (!ids_entry && !range_entry) continue;  // the data entries are read with them
+      int tensor = ir_find_tensor(t->ir, colon + 1);
+      Trained *q = NULL;
+      for (int i = 0; tensor >= 0 && i < t->ntrained; i++)
+        if (t->trained[i].tensor == tensor) q = &t->trained[i];
+      if (!q || q->table != ids_entry) {
+        ok = fail(err, err_size, "%s/%s has a part of '%s', which this model has no %s of; "
+                  "refused", dir, file, colon + 1, ids_entry ? "table" : "parameter");
+        break;
+      }
+      char name[256];
+      if (ids_entry) {
+        int64_t n = (int64_t)(info.sizes[k] / sizeof(int64_t));
+        int64_t *ids = xcalloc((size_t)n + 1, sizeof *ids);
+        float *rows = xcalloc((size_t)(n * q->dim) + 1, sizeof *rows);
+        float *sums = xcalloc((size_t)n + 1, sizeof *sums);
+        ok = checkpoint_read_entry(f, e, ids, (size_t)n * sizeof *ids, err, err_size);
+        for (int64_t i = 0; ok && i < n; i++)
+          if (ids[i] < 0 || ids[i] >= q->rows)
+            ok = fail(err, err_size, "%s/%s is corrupt: row %" PRId64 " of table '%s', which "
+                      "has %" PRId64, dir, file, ids[i], colon + 1, q->rows);
+        snprintf(name, sizeof name, "part.table:%s", colon + 1);
+        ok = ok && checkpoint_read_entry(f, name, rows, (size_t)(n * q->dim) * sizeof *rows,
+                                         err, err_size);
+        snprintf(name, sizeof name, "part.adagrad.rowsum:%s", colon + 1);
+        ok = ok && (!q->st.rowsum ||
+                    checkpoint_read_entry(f, name, sums, (size_t)n * sizeof *sums, err,
+                                          err_size));
+        float *w = cpu_exec_data(t->x, q->tensor);
+        for (int64_t i = 0; ok && i < n; i++) {
+          memcpy(w + ids[i] * q->dim, rows + i * q->dim, (size_t)q->dim * sizeof *rows);
+          if (q->st.rowsum) q->st.rowsum[ids[i]] = sums[i];
+        }
+        free(ids);
+        free(rows);
+        free(sums);
+      } else {
+        int64_t range[2] = {0, 0};
+        ok = checkpoint_read_entry(f, e, range, sizeof range, err, err_size);
+        if (ok && (range[0] < 0 || range[1] <= 0 || range[0] + range[1] > q->numel ||
+                   !q->st.m))
+          ok = fail(err, err_size, "%s/%s is corrupt: elements [%" PRId64 ", %" PRId64 ") of "
+                    "'%s', which has %" PRId64 " (or no AdamW moments)", dir, file, range[0],
+                    range[0] + range[1], colon + 1, q->numel);
+        snprintf(name, sizeof name, "part.adamw.m:%s", colon + 1);
+        ok = ok && checkpoint_read_entry(f, name, q->st.m + range[0],
+                                         (size_t)range[1] * sizeof(float), err, err_size);
+        snprintf(name, sizeof name, "part.adamw.v:%s", colon + 1);
+        ok = ok && checkpoint_read_entry(f, name, q->st.v + range[0],
+                                         (size_t)range[1] * sizeof(float), err, err_size);
+      }
+    }
+    checkpoint_close(f);
+    checkpoint_info_free(&info);
   }
   return ok;
 }
@@ -1335,8 +1504,13 @@ static bool resume_validate(Trainer *t, CkptFile *f, const CkptInfo *info, int *
 bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
   // One open file for the sizes, the checks and the data: a save that renames a new
   // checkpoint in meanwhile does not mix two files.
+  CkptSet set = {0};
+  int kind = checkpoint_set_find(dir, &set, err, err_size);
+  if (kind < 0) return false;
+  char file[64] = CHECKPOINT_FILE;
+  if (kind == 1) checkpoint_shard_file(file, sizeof file, set.step, 0, set.world);
   CkptInfo info;
-  CkptFile *f = checkpoint_open(dir, &info, err, err_size);
+  CkptFile *f = checkpoint_open_named(dir, file, &info, err, err_size);
   if (!f) return false;
   int64_t nsteps = info.step;
   int ncurve = 0;
@@ -1358,6 +1532,7 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
                 "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
   }
   checkpoint_close(f);
+  if (ok && kind == 1) ok = read_parts(t, dir, &set, err, err_size);
   if (ok) {
     free(t->losses);
     t->losses = losses;

@@ -8,8 +8,9 @@
 #   - ZeRO-1 and ZeRO-2 equal data parallel; buckets small enough to overlap the backward do too;
 #   - row-wise and table-wise sharded tables equal replicated ones;
 #   - the divergence guard decides for all ranks together (--on-nan skip with NaN steps);
-#   - a checkpoint written by 2 ranks resumes on 1, and one written by 1 rank on 4, equal to a
-#     straight run;
+#   - a checkpoint written by 2 ranks (a shard each and a manifest) resumes on 1, and one
+#     written by 1 rank on 4, equal to a straight run; a set missing a shard or its manifest is
+#     refused, and a save stopped before its manifest leaves the set before it in force;
 #   - a stalled rank makes the others abort within --comm-timeout, naming the rank and the
 #     collective; a killed rank ends the job, non-zero; gemc launch returns a failed rank's code;
 #   - every launcher convention, set by hand, is read (or refused with the reason).
@@ -137,6 +138,32 @@ same "1 rank saves, 4 resume = a straight run" rest4.json one.json
 train halfz 2 --save ckz --dense zero2 --shard row
 train restz 1 --resume ckz
 same "ZeRO-2 + row-wise shards save, 1 rank resumes = a straight run" restz.json one.json
+
+# The set's files: each rank's shard and the manifest, and nothing they replace.
+if [ "$(ls ck2 | grep -v lock | sort | tr '\n' ' ')" = "manifest.gemc shard-25-0-of-2.gemc shard-25-1-of-2.gemc " ]
+then pass "2 ranks write a shard each and a manifest"
+else fail "the files of a 2-rank checkpoint: $(ls ck2 | tr '\n' ' ')"; fi
+# A set missing a shard, or its manifest, is refused; one whose save stopped before the
+# manifest leaves the set before it in force.
+cp -r ck2 ckmiss && rm ckmiss/shard-25-1-of-2.gemc
+"$gemc" train "$model" --backend cpu --steps 1 -q --resume ckmiss >miss.out 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "is missing shard-25-1-of-2.gemc: refused" miss.out
+then pass "a set missing a shard is refused"; else fail "a set missing a shard: exit $rc"; cat miss.out; fi
+cp -r ck2 cknoman && rm cknoman/manifest.gemc
+"$gemc" train "$model" --backend cpu --steps 1 -q --resume cknoman >noman.out 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "holds shards of a distributed checkpoint but no manifest.gemc" noman.out
+then pass "shards without a manifest are refused"; else fail "no manifest: exit $rc"; cat noman.out; fi
+cp -r ck2 ckcrash
+GEMC_TEST_CKPT_NO_MANIFEST=1 train crash 2 --resume ckcrash --save ckcrash
+[ -f ckcrash/shard-50-1-of-2.gemc ] || fail "the unfinished save left no step-50 shard"
+train after_crash 1 --resume ckcrash
+same "a save stopped before its manifest: the step-25 set stays in force" after_crash.json one.json
+train single_over 1 --resume ck2 --save ck2
+if [ "$(ls ck2 | grep -v lock | tr '\n' ' ')" = "checkpoint.gemc " ]
+then pass "a 1-rank save replaces the set it resumed from"
+else fail "after a 1-rank save: $(ls ck2 | tr '\n' ' ')"; fi
 
 # The model's own parallel block and table placements: gem_tiny with ZeRO-2, items row-wise and
 # ads table-wise declared in the source. The placement is not part of the model's key, so the
