@@ -31,6 +31,7 @@ struct TableSync {
   int world, rank;
   int64_t *send_counts, *recv_counts;  // [world] each
   double seconds;
+  double a2a_bytes, a2a_seconds;  // what this rank's all-to-alls of ids, rows and gradients sent
 };
 
 const char *table_placement_name(TablePlacement p) {
@@ -182,7 +183,11 @@ static bool exchange(TableSync *s, CommDtype dtype, const void *send, void *recv
   for (int r = 0; r < s->world; r++) sc[r] = s->send_counts[r] * width, rc[r] = s->recv_counts[r] * width;
   CommCall call = {.kind = COMM_ALLTOALL, .dtype = dtype, .send = send, .recv = recv,
                    .send_counts = sc, .recv_counts = rc, .what = what};
+  double t0 = now_s();
   bool ok = comm_run(s->c, &call, err, err_size);
+  s->a2a_seconds += now_s() - t0;
+  for (int r = 0; r < s->world; r++)
+    if (r != s->rank) s->a2a_bytes += (double)sc[r] * (double)comm_dtype_size(dtype);
   free(sc);
   free(rc);
   return ok;
@@ -398,3 +403,6 @@ int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *i
 }
 
 double table_sync_seconds(const TableSync *s) { return s->seconds; }
+double table_sync_alltoall_gbps(const TableSync *s) {
+  return s->a2a_seconds > 0 ? s->a2a_bytes / s->a2a_seconds / 1e9 : 0;
+}

@@ -55,5 +55,8 @@ void table_sync_grad(const TableSync *s, int table, const int64_t **ids, const f
 int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *ids);
 // Seconds this step spent in the table collectives.
 double table_sync_seconds(const TableSync *s);
+// The sharded tables' all-to-alls so far: the bytes this rank sent to other ranks over the
+// time it spent in them, GB/s (0 when there were none).
+double table_sync_alltoall_gbps(const TableSync *s);
 
 #endif

@@ -1001,6 +1001,7 @@ bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_si
   double bytes = 4.0 * (double)dense_sync_elements(t->dense) * (double)t->dist_steps;
   out->allreduce_gbps = t->grad_bytes_s > 0
                             ? bytes * 2.0 * (world - 1) / world / t->grad_bytes_s / 1e9 : 0;
+  out->alltoall_gbps = table_sync_alltoall_gbps(t->tables);
   table_sync_describe(t->tables, out->placement, sizeof out->placement);
   return true;
 }

@@ -195,6 +195,8 @@ typedef struct DistSummary {
   double allreduce_gbps;    // the dense gradients' bus bandwidth, GB/s: 2 (n-1)/n of their
                             // bytes over the span from the first bucket's start to the last
                             // one's end (so at least this)
+  double alltoall_gbps;     // the sharded tables' all-to-alls: bytes sent to other ranks over
+                            // their time, GB/s (0: no sharded table)
   char placement[1024];     // the tables' placement, one line each
 } DistSummary;
 bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size);
