@@ -141,7 +141,8 @@ static bool train_on_cpu(const LaunchCli *c) {
                     : strcmp(a, "--backend") == 0 && i + 1 < c->ntrain ? c->train_args[i + 1]
                                                                        : NULL;
     char err[256];
-    if (v) return strcmp(v, "cuda") != 0 && (strcmp(v, "cpu") == 0 || !cuda_usable(err, sizeof err));
+    if (v)
+      return strcmp(v, "cuda") != 0 && (strcmp(v, "cpu") == 0 || !cuda_usable(err, sizeof err));
   }
   char err[256];
   return !cuda_usable(err, sizeof err);

@@ -6,8 +6,8 @@
 //              which meet at MASTER_ADDR:MASTER_PORT (rendezvous.h). Buffers are device
 //              pointers; collectives run on the comm's own stream, ordered against compute by
 //              events (CommCall.wait_for, comm_done_event).
-// Buffers are host memory for the others. Every collective is started (comm_start) and then waited for
-// (comm_wait), so the caller can overlap it with compute; comm_progress lets the library move
+// Buffers are host memory for the others. Every collective is started (comm_start) and then
+// waited for (comm_wait), so the caller can overlap it with compute; comm_progress lets the library move
 // the started ones along between pieces of compute. A wait that does not end within the
 // timeout aborts the whole job: it prints which rank waited for which operation, and the
 // backend ends every rank with a non-zero status (MPI_Abort). It never hangs.

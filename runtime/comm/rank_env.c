@@ -112,7 +112,8 @@ bool rank_env_read(RankEnv *e, EnvGet get, void *ctx, char *err, size_t err_size
   const char *addr = get("MASTER_ADDR", ctx), *port = get("MASTER_PORT", ctx);
   if (addr && *addr) {
     if (strlen(addr) >= sizeof e->master_addr) {
-      snprintf(err, err_size, "MASTER_ADDR is longer than %zu characters", sizeof e->master_addr - 1);
+      snprintf(err, err_size, "MASTER_ADDR is longer than %zu characters",
+               sizeof e->master_addr - 1);
       return false;
     }
     strcpy(e->master_addr, addr);

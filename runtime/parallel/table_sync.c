@@ -83,7 +83,8 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
     t->rows = x->fixed[0];
     t->dim = x->nfixed > 1 ? x->fixed[1] : 1;
     t->place = placement[i];
-    if (t->place == PLACE_AUTO) t->place = t->rows >= AUTO_ROW_WISE_ROWS ? PLACE_ROW : PLACE_REPLICATE;
+    if (t->place == PLACE_AUTO)
+      t->place = t->rows >= AUTO_ROW_WISE_ROWS ? PLACE_ROW : PLACE_REPLICATE;
     if (s->world == 1) t->place = PLACE_REPLICATE;
     t->features = xcalloc((size_t)schema->nfeatures + 1, sizeof *t->features);
     for (int f = 0; f < schema->nfeatures; f++)
@@ -153,7 +154,8 @@ void table_sync_describe(const TableSync *s, char *buf, size_t size) {
     const TState *t = &s->t[k];
     char where[64];
     if (t->place == PLACE_ROW) snprintf(where, sizeof where, "row-wise over %d ranks", s->world);
-    else if (t->place == PLACE_TABLE) snprintf(where, sizeof where, "table-wise, on rank %d", t->owner);
+    else if (t->place == PLACE_TABLE)
+      snprintf(where, sizeof where, "table-wise, on rank %d", t->owner);
     else snprintf(where, sizeof where, "replicated on every rank");
     int n = snprintf(buf + at, size - at, "%s  %s: %" PRId64 " x %" PRId64 ", %s", at ? "\n" : "",
                      s->ir->tensors[t->tensor].name, t->rows, t->dim, where);
@@ -180,7 +182,10 @@ static bool exchange_counts(TableSync *s, const char *what, char *err, size_t er
 static bool exchange(TableSync *s, CommDtype dtype, const void *send, void *recv,
                      int64_t width, const char *what, char *err, size_t err_size) {
   int64_t *sc = xcalloc((size_t)s->world, sizeof *sc), *rc = xcalloc((size_t)s->world, sizeof *rc);
-  for (int r = 0; r < s->world; r++) sc[r] = s->send_counts[r] * width, rc[r] = s->recv_counts[r] * width;
+  for (int r = 0; r < s->world; r++) {
+    sc[r] = s->send_counts[r] * width;
+    rc[r] = s->recv_counts[r] * width;
+  }
   CommCall call = {.kind = COMM_ALLTOALL, .dtype = dtype, .send = send, .recv = recv,
                    .send_counts = sc, .recv_counts = rc, .what = what};
   double t0 = now_s();
