@@ -10,9 +10,10 @@
 //   - all-to-all with per-peer counts, in fp64 and int64;
 //   - an all-reduce ordered after a compute-stream event, and a compute stream ordered after
 //     its end (comm_done_event).
-// Then it times a 256 MiB all-reduce (bus bandwidth, printed). Prints PASS or FAIL per case;
-// the exit status counts the failures (tests/gpu/run.sh runs it alone, through `gemc launch
-// -n 1`, and through torchrun when it is there).
+// Then it times a 256 MiB all-reduce and a 256 MiB all-to-all (bus bandwidth, printed: the
+// numbers issue 13 compares with nccl-tests on hosts of several GPUs). Prints PASS or FAIL per
+// case; the exit status counts the failures (tests/gpu/run.sh runs it alone, through `gemc
+// launch -n 1`, and through torchrun when it is there).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -212,6 +213,29 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// All-to-all of 256 MiB per rank, equal parts: the embedding exchange's pattern.
+static void alltoall_bandwidth(void) {
+  const int64_t n = (int64_t)64 << 20;
+  int64_t *counts = calloc((size_t)world, sizeof *counts);
+  for (int r = 0; r < world; r++) counts[r] = n / world;
+  CUdeviceptr s = upload(NULL, (size_t)n * 4), r = upload(NULL, (size_t)n * 4);
+  CommCall call = {.kind = COMM_ALLTOALL, .dtype = COMM_F32, .send = (void *)s,
+                   .recv = (void *)r, .send_counts = counts, .recv_counts = counts,
+                   .what = "bandwidth all-to-all"};
+  bool ok = run(&call);
+  d->cuCtxSynchronize();
+  double t0 = now_s();
+  for (int i = 0; ok && i < 5; i++) ok = run(&call);
+  double sec = (now_s() - t0) / 5;
+  double bus = world > 1 ? 4.0 * (double)(n / world * world) * (world - 1) / world / sec / 1e9 : 0;
+  printf("all-to-all of 256 MiB a rank: %.3f ms, bus bandwidth %.1f GB/s (world %d%s)\n",
+         1e3 * sec, bus, world, world == 1 ? ": no traffic" : "");
+  check(ok, "a 256 MiB all-to-all, 5 times");
+  d->cuMemFree(s);
+  d->cuMemFree(r);
+  free(counts);
+}
+
 static void bandwidth(void) {
   const int64_t n = (int64_t)64 << 20;  // 256 MiB of floats
   CUdeviceptr p = upload(NULL, (size_t)n * 4);
@@ -261,6 +285,7 @@ int main(void) {
   test_alltoall();
   test_ordering();
   bandwidth();
+  alltoall_bandwidth();
   comm_close(comm);
   cuda_context_close(&ctx);
   return failures;
