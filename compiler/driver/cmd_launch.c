@@ -243,7 +243,11 @@ static int via_env(const LaunchCli *c, char **argv) {
     pid_t pid = fork();
     if (pid < 0) {
       fprintf(stderr, "gemc: error: cannot start rank %d: %s\n", i, strerror(errno));
+      nchildren = i;  // the ones started: stopped and reaped
       signal_all(SIGTERM, done);
+      for (int k = 0; k < nchildren; k++) waitpid(children[k], NULL, 0);
+      free(done);
+      free(children);
       return GEMC_EXIT_USER_ERROR;
     }
     if (pid == 0) {
@@ -270,7 +274,8 @@ static int via_env(const LaunchCli *c, char **argv) {
         if (children[i] != pid) continue;
         done[i] = true;
         left--;
-        if (code_of(status) != 0 && failed < 0) {
+        // After a forwarded signal the ranks' codes are its echo; launch reports the signal.
+        if (code_of(status) != 0 && failed < 0 && !stop_signal) {
           failed = i;
           rc = code_of(status);
           fprintf(stderr, "gemc: launch: rank %" PRId64 " exited with status %d; stopping the "

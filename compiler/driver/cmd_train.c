@@ -584,15 +584,13 @@ int cmd_train(const CliOptions *o) {
   if (!train_world_rank0(&world)) c.quiet = true, c.report = NULL, c.profile = 0;
   c.opt.gpu_log = c.quiet ? NULL : stdout;
   int lock_fd = -1;
-  if (train_world_rank0(&world) && !outputs_ready(&c, &lock_fd)) {
-    train_world_leave(&world);
-    return GEMC_EXIT_USER_ERROR;
-  }
+  if (train_world_rank0(&world) && !outputs_ready(&c, &lock_fd))
+    return train_world_leave(&world, GEMC_EXIT_USER_ERROR);
 
   LoadedModel m;
   if (!load_model(&m, c.file, c.arch, true, c.quiet, c.werror)) {
     loaded_model_free(&m);
-    return GEMC_EXIT_USER_ERROR;
+    return train_world_leave(&world, GEMC_EXIT_USER_ERROR);
   }
   // The default held-out set is 4096 examples whatever --steps says, so that a resumed run
   // evaluates on the set a straight run does (it depends on the seed and --eval-examples).
@@ -612,8 +610,7 @@ int cmd_train(const CliOptions *o) {
   if (!train_world_placement(&world, &m.ir, c.shard, err, sizeof err)) {
     train_world_error(&world, err);
     loaded_model_free(&m);
-    train_world_leave(&world);
-    return GEMC_EXIT_USAGE;
+    return train_world_leave(&world, GEMC_EXIT_USAGE);
   }
   c.opt.comm = world.comm;
   c.opt.placement = world.placement;
@@ -644,6 +641,5 @@ int cmd_train(const CliOptions *o) {
   free(sched);
   loaded_model_free(&m);
   if (lock_fd >= 0) close(lock_fd);
-  train_world_leave(&world);
-  return rc;
+  return train_world_leave(&world, rc);
 }

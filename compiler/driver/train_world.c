@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "checked.h"
 
@@ -142,9 +143,17 @@ bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *s, bool print) 
   return true;
 }
 
-void train_world_leave(TrainWorld *w) {
+int train_world_leave(TrainWorld *w, int rc) {
+  if (w->comm && rc != 0) {
+    fflush(stdout);
+    fflush(stderr);
+    struct timespec pause = {0, 300 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    comm_abort(w->comm, rc);
+  }
   comm_close(w->comm);
   free(w->placement);
   w->comm = NULL;
   w->placement = NULL;
+  return rc;
 }

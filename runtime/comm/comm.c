@@ -68,7 +68,7 @@ static void self_abort(Comm *c, int code) {
 
 static void self_close(Comm *c) { (void)c; }
 
-static const CommOps self_ops = {"self", self_open, self_start, self_test, self_abort,
+static const CommOps self_ops = {"self", self_open, self_start, self_test, NULL, self_abort,
                                  self_close};
 
 // --- the interface ------------------------------------------------------------------------
@@ -98,6 +98,7 @@ Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, const Comm
     return NULL;
   }
   if (!c->ops->open(c, err, err_size)) {
+    c->ops->close(c);  // what the backend set up before it failed
     free(c);
     return NULL;
   }
@@ -138,6 +139,8 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
   }
   CommReq *r = &c->reqs[h];
   r->call = *call;
+  snprintf(r->what, sizeof r->what, "%s", call->what ? call->what : "data");
+  r->call.what = r->what;
   r->started = now_s();
   r->request = NULL;
   r->finished = false;
@@ -151,8 +154,8 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
 static void timed_out(Comm *c, const CommReq *r) {
   fprintf(stderr, "gemc: rank %d: error: the %s of %s (step %" PRId64 ") did not finish "
           "within %g s (--comm-timeout): another rank died or stalled; aborting every rank\n",
-          c->rank, kind_name(r->call.kind), r->call.what ? r->call.what : "data", c->step,
-          c->timeout_s);
+          c->rank, kind_name(r->call.kind), r->call.what, c->step,
+          r->call.timeout_s > 0 ? r->call.timeout_s : c->timeout_s);
   fflush(stderr);
   c->ops->abort(c, 1);
   exit(1);
@@ -168,10 +171,12 @@ bool comm_wait(Comm *c, int handle, char *err, size_t err_size) {
   for (long polls = 0;; polls++) {
     int done = r->finished ? 1 : c->ops->test(c, r, err, err_size);
     if (done != 0) {
+      if (c->ops->release) c->ops->release(c, r);
       r->used = false;
       return done > 0;
     }
-    if (now_s() - r->started > c->timeout_s) timed_out(c, r);
+    double limit = r->call.timeout_s > 0 ? r->call.timeout_s : c->timeout_s;
+    if (now_s() - r->started > limit) timed_out(c, r);
     if (polls > 1000) {
       struct timespec nap = {0, 20000};  // 20 us: a waiting rank leaves the cores to others
       nanosleep(&nap, NULL);
@@ -189,7 +194,7 @@ void comm_progress(Comm *c) {
 
 void *comm_done_event(Comm *c, int handle) {
   if (c->ops != &comm_nccl_ops || handle < 0 || handle >= COMM_MAX_INFLIGHT) return NULL;
-  return c->reqs[handle].used ? c->reqs[handle].request : NULL;
+  return c->reqs[handle].used ? c->reqs[handle].request : NULL;  // until its comm_wait
 }
 
 void *comm_stream(Comm *c) { return c->ops == &comm_nccl_ops ? c->impl_stream : NULL; }

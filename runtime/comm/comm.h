@@ -46,7 +46,10 @@ typedef struct CommCall {
   int root;                    // broadcast
   const char *what;            // for a timeout's message: "dense gradients, bucket 2"
   void *wait_for;              // NCCL: a CUevent the collective waits for (NULL: none)
+  double timeout_s;            // this wait's deadline instead of the comm's (0: the comm's):
+                               // the agreement after a checkpoint's write, say
 } CommCall;
+// send == recv (in place) is allowed for all-reduce and broadcast only.
 
 // What NCCL needs to meet: where rank 0 listens (the launcher's MASTER_ADDR and MASTER_PORT)
 // and this rank's device, whose CUDA context must be current on the calling thread.

@@ -14,6 +14,7 @@ typedef struct CommReq {
   bool used;
   bool finished;   // comm_progress saw it end
   CommCall call;
+  char what[96];   // call.what points here: the caller's string may not outlive the start
   double started;  // seconds (CLOCK_MONOTONIC)
   void *request;   // MPI: its request; NCCL: the CUevent recorded at the end
   int *ints;       // 4 * world ints: counts, displacements, and a second pair for all-to-all
@@ -26,6 +27,8 @@ typedef struct CommOps {
   bool (*start)(Comm *c, CommReq *r, char *err, size_t err_size);
   // 1: finished; 0: not yet; -1: failed, with a message.
   int (*test)(Comm *c, CommReq *r, char *err, size_t err_size);
+  // After a wait saw it finish: frees what the backend keeps for it (NULL: nothing).
+  void (*release)(Comm *c, CommReq *r);
   void (*abort)(Comm *c, int code);
   void (*close)(Comm *c);
 } CommOps;

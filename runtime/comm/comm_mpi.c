@@ -194,4 +194,5 @@ static void mpi_close(Comm *c) {
   free(m);
 }
 
-const CommOps comm_mpi_ops = {"mpi", mpi_open, mpi_start, mpi_test, mpi_abort, mpi_close};
+const CommOps comm_mpi_ops = {"mpi", mpi_open, mpi_start, mpi_test, NULL, mpi_abort,
+                              mpi_close};

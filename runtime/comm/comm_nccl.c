@@ -137,6 +137,12 @@ static bool all_equal(const int64_t *v, int n) {
   return true;
 }
 
+// Ends a group: NCCL reports a grouped call's errors here.
+static NcclResult group_end(const Nccl *n, NcclResult rc) {
+  NcclResult e = n->GroupEnd();
+  return rc != NCCL_SUCCESS ? rc : e;
+}
+
 // The collective itself, on n->stream.
 static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
   int t = nccl_dtype(k->dtype), w = c->world;
@@ -154,11 +160,10 @@ static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
         return n->ReduceScatter(send, recv, (size_t)k->counts[0], t, NCCL_SUM, n->comm,
                                 n->stream);
       n->GroupStart();
-      for (int r = 0, at = 0; r < w && rc == NCCL_SUCCESS; at += (int)k->counts[r], r++)
-        rc = n->Reduce(send + (size_t)at * es, recv, (size_t)k->counts[r], t, NCCL_SUM, r,
+      for (int64_t r = 0, at = 0; r < w && rc == NCCL_SUCCESS; at += k->counts[r], r++)
+        rc = n->Reduce(send + (size_t)at * es, recv, (size_t)k->counts[r], t, NCCL_SUM, (int)r,
                        n->comm, n->stream);
-      n->GroupEnd();
-      return rc;
+      return group_end(n, rc);
     case COMM_ALLGATHER:
       if (all_equal(k->counts, w))
         return n->AllGather(send, recv, (size_t)k->counts[0], t, n->comm, n->stream);
@@ -166,8 +171,7 @@ static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
       for (int64_t r = 0, at = 0; r < w && rc == NCCL_SUCCESS; at += k->counts[r], r++)
         rc = n->Broadcast(send, recv + (size_t)at * es, (size_t)k->counts[r], t, (int)r,
                           n->comm, n->stream);
-      n->GroupEnd();
-      return rc;
+      return group_end(n, rc);
     case COMM_ALLTOALL:
       n->GroupStart();
       for (int64_t r = 0, s_at = 0, r_at = 0; r < w && rc == NCCL_SUCCESS; r++) {
@@ -180,8 +184,7 @@ static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
         s_at += k->send_counts[r];
         r_at += k->recv_counts[r];
       }
-      n->GroupEnd();
-      return rc;
+      return group_end(n, rc);
   }
   return rc;
 }
@@ -214,9 +217,14 @@ static int nccl_test(Comm *c, CommReq *r, char *err, size_t err_size) {
     }
     return 0;
   }
-  d->cuEventDestroy(r->request);
-  r->request = NULL;
   return cu_ok(q, "an NCCL collective's event", err, err_size) ? 1 : -1;
+}
+
+// The done event lives until the wait (comm_done_event hands it out).
+static void nccl_release(Comm *c, CommReq *r) {
+  (void)c;
+  if (r->request && cuda_driver()) cuda_driver()->cuEventDestroy(r->request);
+  r->request = NULL;
 }
 
 static void nccl_abort(Comm *c, int code) {
@@ -234,5 +242,5 @@ static void nccl_close(Comm *c) {
   free(n);
 }
 
-const CommOps comm_nccl_ops = {"nccl", nccl_open, nccl_start, nccl_test, nccl_abort,
-                               nccl_close};
+const CommOps comm_nccl_ops = {"nccl", nccl_open, nccl_start, nccl_test, nccl_release,
+                               nccl_abort, nccl_close};

@@ -3,6 +3,7 @@
 #include "rendezvous.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -16,6 +17,10 @@
 #include <unistd.h>
 
 #include "checked.h"
+
+// A peer has this long to say hello once connected, so a silent connection (a port scanner,
+// a stale client) cannot hold rank 0 for the whole deadline.
+static const double HELLO_S = 10;
 
 static double now_s(void) {
   struct timespec ts;
@@ -106,7 +111,8 @@ static bool serve(int port, const char *addr, int world, void *blob, size_t size
     int peer = accept(fd, NULL, NULL);
     if (peer < 0) continue;
     unsigned char hello[12];
-    bool good = move_all(peer, hello, sizeof hello, false, deadline) &&
+    double hello_by = now_s() + HELLO_S < deadline ? now_s() + HELLO_S : deadline;
+    bool good = move_all(peer, hello, sizeof hello, false, hello_by) &&
                 memcmp(hello, "gemc", 4) == 0;
     int r = good ? (int)get32(hello + 4) : -1, w = good ? (int)get32(hello + 8) : -1;
     if (good && (w != world || r <= 0 || r >= world || came[r])) {
@@ -123,6 +129,22 @@ static bool serve(int port, const char *addr, int world, void *blob, size_t size
   return ok;
 }
 
+// A connect that gives up at the deadline (a blocking one can wait minutes on an address
+// that drops packets).
+static bool connect_by(int fd, const struct addrinfo *a, double deadline) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return false;
+  bool ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+  if (!ok && errno == EINPROGRESS) {
+    struct pollfd pf = {.fd = fd, .events = POLLOUT};
+    int ms = ms_left(deadline), soerr = 1;
+    socklen_t len = sizeof soerr;
+    ok = ms > 0 && poll(&pf, 1, ms) == 1 &&
+         getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len) == 0 && soerr == 0;
+  }
+  return ok && fcntl(fd, F_SETFL, flags) == 0;
+}
+
 static bool join(const char *addr, int port, int rank, int world, void *blob, size_t size,
                  double deadline, double timeout_s, char *err, size_t err_size) {
   // Rank 0 may not listen yet: try again until the deadline.
@@ -132,7 +154,7 @@ static bool join(const char *addr, int port, int rank, int world, void *blob, si
     int fd = -1;
     for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
       fd = socket(a->ai_family, a->ai_socktype, 0);
-      if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      if (fd >= 0 && !connect_by(fd, a, deadline)) {
         close(fd);
         fd = -1;
       }

@@ -233,15 +233,19 @@ static int64_t draw_id(const IdGen *ig, Rng *r, int topic) {
 
 // The lengths of examples [first, first + B) of the stream `seed`, and room for every
 // feature's values (the labels are set to 0 with the rest, by fill_examples).
+static void lengths_of(const Synth *g, uint64_t seed, int64_t first, Batch *b) {
+  for (int j = 0; j < g->s->njagged; j++) {
+    int64_t *o = b->offsets[j];
+    o[0] = 0;
+    for (int64_t k = 0; k < b->B; k++) o[k + 1] = o[k] + draw_length(g, seed, first + k, j);
+    b->total[j] = o[b->B];
+  }
+}
+
 static void fill_lengths(const Synth *g, uint64_t seed, int64_t first, Batch *b) {
   const Schema *s = g->s;
   int64_t B = b->B;
-  for (int j = 0; j < s->njagged; j++) {
-    int64_t *o = b->offsets[j];
-    o[0] = 0;
-    for (int64_t k = 0; k < B; k++) o[k + 1] = o[k] + draw_length(g, seed, first + k, j);
-    b->total[j] = o[B];
-  }
+  lengths_of(g, seed, first, b);
   for (int f = 0; f < s->nfeatures; f++) {
     const Feature *ft = &s->features[f];
     batch_reserve(b, f, (ft->jag >= 0 ? b->total[ft->jag] : B) * ft->width);
@@ -591,6 +595,8 @@ static void *synth_share(void *arg) {
 
 // Every example is a function of its index alone, so threads split a batch by examples (this
 // one takes the first share): the result does not depend on how many there are.
+void synth_lengths(Synth *g, int64_t first, Batch *b) { lengths_of(g, g->cfg.seed, first, b); }
+
 void synth_batch(Synth *g, int64_t first, Batch *b) {
   fill_lengths(g, g->cfg.seed, first, b);
   int64_t values = b->B;

@@ -4,7 +4,7 @@
 // A model can therefore beat the constant predictor (NE < 1), and by how much says how much it
 // learned. Generation is deterministic for a given seed and example index.
 // defines: SynthConfig, LengthDist, synth_config_default, synth_new, synth_batch,
-//          synth_teacher_prob
+//          synth_teacher_prob, synth_lengths
 #ifndef GEMC_SYNTH_H
 #define GEMC_SYNTH_H
 
@@ -36,6 +36,10 @@ void synth_free(Synth *g);
 // Fills `b` (allocated for s with B examples) with examples [first, first + B) of the stream.
 // The same (seed, first) always gives the same batch, so eval splits and resume are exact.
 void synth_batch(Synth *g, int64_t first, Batch *b);
+// Only the lengths of examples [first, first + b->B): b's offsets and totals, the same as
+// synth_batch gives them (each example's length is its own stream). A distributed run cuts a
+// global batch into shares from these, then makes only its own share with synth_batch.
+void synth_lengths(Synth *g, int64_t first, Batch *b);
 // The teacher's probability that label feature `label` (a schema index of a FEATURE_LABEL) is 1
 // for example `k` of `b`, from that example's features alone: the Bayes-optimal prediction,
 // which synth_batch samples the label from. NaN when `label` is not a label feature.

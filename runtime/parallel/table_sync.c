@@ -59,6 +59,7 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+// The ids come from batches the data reader checked: in [0, rows).
 static int owner_of(const TableSync *s, const TState *t, int64_t id) {
   return t->place == PLACE_TABLE ? t->owner : (int)(id % s->world);
 }
@@ -264,8 +265,15 @@ bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_
     ok = ok && exchange(s, COMM_I64, want, asked, 1, "table row ids", err, err_size);
     float *w = cpu_exec_data(x, t->tensor);
     float *give = xcalloc((size_t)(nask * t->dim) + 1, sizeof *give);
-    for (int64_t i = 0; ok && i < nask; i++)
+    for (int64_t i = 0; ok && i < nask; i++) {
+      if (asked[i] < 0 || asked[i] >= t->rows || owner_of(s, t, asked[i]) != s->rank) {
+        ok = fail(err, err_size, "internal error: rank %d was asked for row %" PRId64 " of "
+                  "table '%s', which it does not own", s->rank, asked[i],
+                  s->ir->tensors[t->tensor].name);
+        break;
+      }
       memcpy(give + i * t->dim, w + asked[i] * t->dim, (size_t)t->dim * sizeof *give);
+    }
     float *got = xcalloc((size_t)(m * t->dim) + 1, sizeof *got);
     // The answers travel back: what this rank was asked is what it sends.
     int64_t *swap = s->send_counts;

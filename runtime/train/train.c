@@ -956,12 +956,19 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
   return true;
 }
 
-// Every rank's answer to "is my state finite?" combined: one rank's bad value fails them all.
+// Every rank's answer to "did it go well?" combined: one rank's failure fails them all.
+// Checkpoint writes and reads take as long as the disk does, and the lightest rank waits for
+// the heaviest, so their agreements get an hour on top of --comm-timeout.
 static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_t err_size) {
   int64_t bad = mine ? 0 : 1;
   char why[256];
-  if (!dist_allreduce(t, &bad, 1, COMM_I64, what, why, sizeof why))
-    return fail(err, err_size, "%s", why);
+  bool disk = strstr(what, "checkpoint") != NULL;
+  double t0 = dist_clock();
+  CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_I64, .send = &bad, .recv = &bad,
+                   .count = 1, .what = what, .timeout_s = disk ? 3600 + 300 : 0};
+  bool ok = comm_run(t->comm, &call, why, sizeof why);
+  t->dist_comm_s += dist_clock() - t0;
+  if (!ok) return fail(err, err_size, "%s", why);
   return bad == 0;
 }
 
@@ -1436,8 +1443,8 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, char *er
       } else {
         int64_t range[2] = {0, 0};
         ok = checkpoint_read_entry(f, e, range, sizeof range, err, err_size);
-        if (ok && (range[0] < 0 || range[1] <= 0 || range[0] + range[1] > q->numel ||
-                   !q->st.m))
+        if (ok && (range[0] < 0 || range[1] <= 0 || range[0] > q->numel ||
+                   range[1] > q->numel - range[0] || !q->st.m))
           ok = fail(err, err_size, "%s/%s is corrupt: elements [%" PRId64 ", %" PRId64 ") of "
                     "'%s', which has %" PRId64 " (or no AdamW moments)", dir, file, range[0],
                     range[0] + range[1], colon + 1, q->numel);
@@ -1534,6 +1541,13 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
   }
   checkpoint_close(f);
   if (ok && kind == 1) ok = read_parts(t, dir, &set, err, err_size);
+  if (t->comm) {
+    // Every rank read the checkpoint, or none trains from it.
+    char agree_err[256];
+    if (!dist_agree(t, ok, "reading the checkpoint", agree_err, sizeof agree_err) && ok)
+      ok = fail(err, err_size, "another rank could not read the checkpoint in %s (that rank "
+                "names why)", dir);
+  }
   if (ok) {
     free(t->losses);
     t->losses = losses;

@@ -204,6 +204,17 @@ if [ $rc != 0 ] && [ $took -le 30 ]; then
   pass "a killed rank: the job ends, exit $rc, in ${took} s"
 else fail "a killed rank: exit $rc after ${took} s"; sed 's/^/    /' die.out | head -n 10; fi
 
+# An error on one rank alone (rank 0 cannot write its report) ends the job at once, not after
+# the other ranks' --comm-timeout.
+start=$(date +%s)
+"$gemc" launch -n 2 train "$model" --backend cpu --steps 20 -q --comm-timeout 60 \
+  --report "$tmp/no/such/dir/r.json" >alone.out 2>&1
+rc=$? took=$(($(date +%s) - start))
+if [ $rc != 0 ] && [ $took -le 20 ] && grep -q "rank 0: error\|gemc: error" alone.out &&
+   grep -q "r.json" alone.out
+then pass "one rank's own error ends the job in ${took} s (exit $rc), not after the 60 s timeout"
+else fail "one rank's error: exit $rc after ${took} s"; sed 's/^/    /' alone.out | head -n 8; fi
+
 # gemc launch --via env: torchrun's variables, and the failed rank's exit code.
 "$gemc" launch -n 3 -- sh -c 'echo "$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_ADDR:$MASTER_PORT"' \
   2>&1 | sort >env.out
