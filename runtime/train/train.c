@@ -110,6 +110,9 @@ struct Trainer {
   OptimState **dense_states; // the dense parameters' optimizers, in dense_sync's order
   OptimState **table_states; // [ir->ntensors] the tables' optimizers (NULL elsewhere)
   float *probs_all;          // [B] every rank's predictions of one task
+  float *labels_all;         // [B] its labels
+  float *teacher_all;        // [B] the synthetic teacher's probabilities (evaluation)
+  float *teacher_mine;       // [B] this rank's share of them
   double dist_compute_s, dist_comm_s, global_flops, grad_bytes_s;
   int64_t dist_steps;
 };
@@ -364,6 +367,9 @@ void trainer_free(Trainer *t) {
   free(t->dense_states);
   free(t->table_states);
   free(t->probs_all);
+  free(t->labels_all);
+  free(t->teacher_all);
+  free(t->teacher_mine);
   pipeline_free(t->pipeline);  // before the data source and the session it uses
   for (int i = 0; i < t->ntrained; i++) optim_state_free(&t->trained[i].st);
   free(t->trained);
@@ -806,6 +812,9 @@ static bool dist_setup(Trainer *t, char *err, size_t err_size) {
   t->comm = c;
   t->split = xcalloc((size_t)world + 1, sizeof *t->split);
   t->probs_all = xcalloc((size_t)t->B, sizeof *t->probs_all);
+  t->labels_all = xcalloc((size_t)t->B, sizeof *t->labels_all);
+  t->teacher_all = xcalloc((size_t)t->B, sizeof *t->teacher_all);
+  t->teacher_mine = xcalloc((size_t)t->B, sizeof *t->teacher_mine);
   batch_alloc(&t->local, &t->schema, t->B);
   int *params = xcalloc((size_t)t->ntrained + 1, sizeof *params), np = 0;
   t->dense_states = xcalloc((size_t)t->ntrained + 1, sizeof *t->dense_states);
@@ -844,17 +853,27 @@ static bool dist_allreduce(Trainer *t, void *v, int64_t n, CommDtype d, const ch
 }
 
 // Every rank's predictions of task k for the global batch, in example order.
-static bool dist_gather_probs(Trainer *t, int k, char *err, size_t err_size) {
+// Every rank's share of a per-example array, in example order (all[B]).
+static bool dist_gather(Trainer *t, const float *mine, float *all, const char *what, char *err,
+                        size_t err_size) {
   int world = comm_world(t->comm);
   int64_t *counts = xcalloc((size_t)world, sizeof *counts);
   for (int r = 0; r < world; r++) counts[r] = t->split[r + 1] - t->split[r];
   double t0 = dist_clock();
-  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = cpu_exec_task_probs(t->x, k),
-                   .recv = t->probs_all, .counts = counts, .what = "predictions"};
+  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = mine, .recv = all,
+                   .counts = counts, .what = what};
   bool ok = comm_run(t->comm, &call, err, err_size);
   t->dist_comm_s += dist_clock() - t0;
   free(counts);
   return ok;
+}
+
+// Task k's predictions and labels of the whole batch, into probs_all and labels_all.
+static bool dist_gather_probs(Trainer *t, int k, char *err, size_t err_size) {
+  return dist_gather(t, cpu_exec_task_probs(t->x, k), t->probs_all, "predictions", err,
+                     err_size) &&
+         dist_gather(t, t->local.values[t->label_feature[k]], t->labels_all, "labels", err,
+                     err_size);
 }
 
 // The updates of a step whose gradients every rank now holds reduced.
@@ -878,15 +897,31 @@ static bool dist_apply(Trainer *t, char *err, size_t err_size) {
   return !zero || dense_sync_update(t->dense, t->dense_states, err, err_size);
 }
 
-// The forward pass of this rank's share of t->batch (the global batch): the share is cut,
-// the rows of sharded tables it reads are fetched, and the global batch's mean loss is
-// all-reduced into *loss. *share: this rank's examples over B.
-static bool dist_forward(Trainer *t, double *loss, double *share, char *err, size_t err_size) {
+// The global batch of B examples from `first` of the stream, ahead of dist_forward: from a
+// data file, the whole batch into t->batch; synthetic, only its lengths (every rank cuts the
+// same shares from them, and makes only its own share).
+static bool dist_batch_at(Trainer *t, int64_t first, bool eval, char *err, size_t err_size) {
+  if (t->synth) {
+    t->batch.B = t->B;
+    synth_lengths(t->synth, first, &t->batch);
+    return true;
+  }
+  if (eval) return datafile_read(t->reader, first, &t->batch, err, err_size);
+  return training_batch_at(t, first, &t->batch, err, err_size);
+}
+
+// The forward pass of this rank's share of the global batch of dist_batch_at(first): the
+// share is cut, made (synthetic) or copied, the rows of sharded tables it reads are fetched,
+// and the global batch's mean loss is all-reduced into *loss. *share: this rank's examples
+// over B.
+static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double *share,
+                         char *err, size_t err_size) {
   int rank = comm_rank(t->comm), world = comm_world(t->comm);
   batch_split(&t->batch, world, t->split);
   int64_t first = t->split[rank], n = t->split[rank + 1] - first;
   t->local.B = n;
-  batch_copy(&t->schema, &t->local, 0, &t->batch, first, n);
+  if (t->synth) synth_batch(t->synth, stream_first + first, &t->local);
+  else batch_copy(&t->schema, &t->local, 0, &t->batch, first, n);
   *share = (double)n / (double)t->batch.B;
   char reason[512];
   if (!table_sync_fetch(t->tables, t->x, &t->local, err, err_size)) return false;
@@ -902,9 +937,9 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double tables_before = table_sync_seconds(t->tables);
   comm_set_step(c, t->step + 1);
   comm_test_faults(c);
-  if (!next_training_batch(t, err, err_size)) return false;
+  if (!dist_batch_at(t, t->cursor, false, err, err_size)) return false;
   double l, share;
-  if (!dist_forward(t, &l, &share, err, err_size)) return false;
+  if (!dist_forward(t, t->cursor, &l, &share, err, err_size)) return false;
   dense_sync_begin(t->dense, t->x, share);
   t->flops += step_flops(t->ir, &t->local, true);
   t->global_flops += step_flops(t->ir, &t->batch, true);
@@ -937,8 +972,8 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
     if (!dist_apply(t, err, err_size)) return false;
     for (int k = 0; k < t->ntasks; k++) {
       if (!dist_gather_probs(t, k, err, err_size)) return false;
-      metrics_add(&t->window[k], t->probs_all, task_labels(t, k), t->B);
-      metrics_add(&t->tail[k], t->probs_all, task_labels(t, k), t->B);
+      metrics_add(&t->window[k], t->probs_all, t->labels_all, t->B);
+      metrics_add(&t->tail[k], t->probs_all, t->labels_all, t->B);
     }
   }
   push_loss(t, l);
@@ -1071,6 +1106,30 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
 
 // --- evaluation -------------------------------------------------------------------------
 
+// One held-out batch on a rank: its share evaluated, every rank's predictions, labels and (on
+// synthetic data) the teacher's probabilities gathered into the metrics.
+static bool dist_eval_batch(Trainer *t, int64_t first, Metrics *model, Metrics *teacher,
+                            double *loss_sum, char *err, size_t err_size) {
+  double l = 0, share;
+  if (!dist_batch_at(t, first, true, err, err_size) ||
+      !dist_forward(t, first, &l, &share, err, err_size))
+    return false;
+  *loss_sum += l;
+  for (int k = 0; k < t->ntasks; k++) {
+    if (!dist_gather_probs(t, k, err, err_size)) return false;
+    metrics_add(&model[k], t->probs_all, t->labels_all, t->B);
+    if (!t->synth) continue;
+    for (int64_t b = 0; b < t->local.B; b++)
+      t->teacher_mine[b] =
+          (float)synth_teacher_prob(t->synth, &t->local, b, t->label_feature[k]);
+    if (!dist_gather(t, t->teacher_mine, t->teacher_all, "teacher probabilities", err,
+                     err_size))
+      return false;
+    metrics_add(&teacher[k], t->teacher_all, t->labels_all, t->B);
+  }
+  return true;
+}
+
 bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
   Metrics *model = xcalloc((size_t)t->ntasks, sizeof *model);
   Metrics *teacher = xcalloc((size_t)t->ntasks, sizeof *teacher);
@@ -1082,6 +1141,10 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
   if (t->pipeline) pipeline_pause(t->pipeline);
   for (int64_t i = 0; ok && i < nbatches; i++) {
     int64_t first = t->eval_first + i * t->B;
+    if (t->comm) {
+      ok = dist_eval_batch(t, first, model, teacher, &loss_sum, err, err_size);
+      continue;
+    }
     if (t->synth) synth_batch(t->synth, first, &t->batch);
     else ok = datafile_read(t->reader, first, &t->batch, err, err_size);
     if (t->gpu) {
@@ -1093,12 +1156,6 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
            gpu_session_finish(t->gpu, &l, err, err_size);
       if (!ok) break;
       loss_sum += l;
-    } else if (t->comm) {
-      // Each rank evaluates its share of every held-out batch, as it trains.
-      double l = 0, share;
-      ok = ok && dist_forward(t, &l, &share, err, err_size);
-      if (!ok) break;
-      loss_sum += l;
     } else {
       ok = ok && bind_batch(t, err, err_size);
       if (!ok) break;
@@ -1107,9 +1164,7 @@ bool trainer_eval(Trainer *t, EvalResult *out, char *err, size_t err_size) {
     for (int k = 0; ok && k < t->ntasks; k++) {
       const float *probs = NULL;
       if (t->gpu) probs = gpu_session_probs(t->gpu, k);
-      else if (t->comm) ok = dist_gather_probs(t, k, err, err_size), probs = t->probs_all;
       else probs = cpu_exec_task_probs(t->x, k);
-      if (!ok) break;
       metrics_add(&model[k], probs, task_labels(t, k), t->B);
       if (!t->synth) continue;
       for (int64_t b = 0; b < t->B; b++)
