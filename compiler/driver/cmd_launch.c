@@ -133,17 +133,17 @@ static int parse_launch(const CliOptions *o, LaunchCli *c) {
   return 1;
 }
 
-// The backend `train` will pick: what its --backend says, else whether a GPU is usable.
+// The backend `train` will pick: what its --backend says; else, with several ranks, the CPU
+// (GPU ranks are not built), and for one rank whether a GPU is usable.
 static bool train_on_cpu(const LaunchCli *c) {
   for (int i = 0; i < c->ntrain; i++) {
     const char *a = c->train_args[i];
     const char *v = strncmp(a, "--backend=", 10) == 0 ? a + 10
                     : strcmp(a, "--backend") == 0 && i + 1 < c->ntrain ? c->train_args[i + 1]
                                                                        : NULL;
-    char err[256];
-    if (v)
-      return strcmp(v, "cuda") != 0 && (strcmp(v, "cpu") == 0 || !cuda_usable(err, sizeof err));
+    if (v && strcmp(v, "auto") != 0) return strcmp(v, "cpu") == 0;
   }
+  if (c->nproc * c->nnodes > 1) return true;
   char err[256];
   return !cuda_usable(err, sizeof err);
 }

@@ -345,6 +345,12 @@ static bool choose_backend(TrainCli *c, char *reason, size_t size) {
     }
     return true;
   case BACKEND_AUTO:
+    // Several ranks train on the CPU executor: GPU ranks are not built (docs/distributed.md).
+    if (world.env.world > 1 && !c->opt.artifact) {
+      snprintf(reason, size, "auto: %d ranks, which train on the CPU executor (GPU ranks are "
+               "not built yet)", world.env.world);
+      return true;
+    }
     c->opt.cuda = cuda_usable(err, sizeof err);
     if (!c->opt.cuda && c->opt.artifact) {
       fprintf(stderr, "gemc: error: --artifact needs a GPU: %s\n", err);
