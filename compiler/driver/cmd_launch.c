@@ -138,6 +138,7 @@ static int parse_launch(const CliOptions *o, LaunchCli *c) {
 static bool train_on_cpu(const LaunchCli *c) {
   for (int i = 0; i < c->ntrain; i++) {
     const char *a = c->train_args[i];
+    if (strncmp(a, "--artifact", 10) == 0) return false;  // an artifact's kernels need a GPU
     const char *v = strncmp(a, "--backend=", 10) == 0 ? a + 10
                     : strcmp(a, "--backend") == 0 && i + 1 < c->ntrain ? c->train_args[i + 1]
                                                                        : NULL;

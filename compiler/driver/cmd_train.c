@@ -591,12 +591,12 @@ int cmd_train(const CliOptions *o) {
   c.opt.gpu_log = c.quiet ? NULL : stdout;
   int lock_fd = -1;
   if (train_world_rank0(&world) && !outputs_ready(&c, &lock_fd))
-    return train_world_leave(&world, GEMC_EXIT_USER_ERROR);
+    return train_world_leave(&world, GEMC_EXIT_USER_ERROR, false);
 
   LoadedModel m;
   if (!load_model(&m, c.file, c.arch, true, c.quiet, c.werror)) {
     loaded_model_free(&m);
-    return train_world_leave(&world, GEMC_EXIT_USER_ERROR);
+    return train_world_leave(&world, GEMC_EXIT_USER_ERROR, false);
   }
   // The default held-out set is 4096 examples whatever --steps says, so that a resumed run
   // evaluates on the set a straight run does (it depends on the seed and --eval-examples).
@@ -616,7 +616,7 @@ int cmd_train(const CliOptions *o) {
   if (!train_world_placement(&world, &m.ir, c.shard, err, sizeof err)) {
     train_world_error(&world, err);
     loaded_model_free(&m);
-    return train_world_leave(&world, GEMC_EXIT_USAGE);
+    return train_world_leave(&world, GEMC_EXIT_USAGE, false);
   }
   c.opt.comm = world.comm;
   c.opt.placement = world.placement;
@@ -626,6 +626,7 @@ int cmd_train(const CliOptions *o) {
   c.opt.node_sched = sched;
   Trainer *t = trainer_new(&m.ir, &c.opt, err, sizeof err);
   int64_t resumed_from = -1;
+  bool together = false;  // a failure every rank decided (no abort needed)
   if (t && c.resume) {
     if (trainer_resume(t, c.resume, err, sizeof err)) {
       resumed_from = trainer_step_count(t);
@@ -637,15 +638,17 @@ int cmd_train(const CliOptions *o) {
         err[0] = '\0';
     }
     if (err[0]) {
+      together = trainer_failed_together(t);
       trainer_free(t);
       t = NULL;
     }
   }
   if (t) rc = run_training(&c, t, reason, resumed_from);
   else train_world_error(&world, err);
+  if (t) together = trainer_failed_together(t);
   trainer_free(t);
   free(sched);
   loaded_model_free(&m);
   if (lock_fd >= 0) close(lock_fd);
-  return train_world_leave(&world, rc);
+  return train_world_leave(&world, rc, together);
 }

@@ -143,8 +143,8 @@ bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *s, bool print) 
   return true;
 }
 
-int train_world_leave(TrainWorld *w, int rc) {
-  if (w->comm && rc != 0) {
+int train_world_leave(TrainWorld *w, int rc, bool together) {
+  if (w->comm && rc != 0 && !together) {
     fflush(stdout);
     fflush(stderr);
     struct timespec pause = {0, 300 * 1000 * 1000};

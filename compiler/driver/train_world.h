@@ -40,10 +40,10 @@ bool train_world_rank0(const TrainWorld *w);
 void train_world_error(const TrainWorld *w, const char *msg);
 // The distributed numbers, printed by rank 0 (a collective: every rank calls it).
 bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *out, bool print);
-// Leaves the world and returns rc. A rank that fails (rc != 0) in a world of several ends the
-// whole job (comm_abort) rather than leaving the others to wait for it until --comm-timeout:
-// after a short pause, so that ranks that fail at the same point (an agreed divergence) print
-// their own errors first.
-int train_world_leave(TrainWorld *w, int rc);
+// Leaves the world and returns rc. A rank that fails alone (rc != 0, !together) in a world of
+// several ends the whole job (comm_abort, after a short pause so that its message is out)
+// rather than leaving the others to wait for it until --comm-timeout. A failure every rank
+// decided together (trainer_failed_together) leaves normally on every rank.
+int train_world_leave(TrainWorld *w, int rc, bool together);
 
 #endif

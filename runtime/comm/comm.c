@@ -114,6 +114,7 @@ void comm_close(Comm *c) {
 
 int comm_rank(const Comm *c) { return c ? c->rank : 0; }
 int comm_world(const Comm *c) { return c ? c->world : 1; }
+double comm_timeout(const Comm *c) { return c ? c->timeout_s : 0; }
 const char *comm_backend_name(const Comm *c) { return c ? c->ops->name : "self"; }
 void comm_set_step(Comm *c, int64_t step) { c->step = step; }
 

@@ -69,6 +69,7 @@ Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, const Comm
 void comm_close(Comm *c);  // after every started collective was waited for
 int comm_rank(const Comm *c);
 int comm_world(const Comm *c);
+double comm_timeout(const Comm *c);  // --comm-timeout, seconds
 const char *comm_backend_name(const Comm *c);
 // The step the collectives belong to, for the timeout's message (0: none).
 void comm_set_step(Comm *c, int64_t step);

@@ -595,8 +595,6 @@ static void *synth_share(void *arg) {
 
 // Every example is a function of its index alone, so threads split a batch by examples (this
 // one takes the first share): the result does not depend on how many there are.
-void synth_lengths(Synth *g, int64_t first, Batch *b) { lengths_of(g, g->cfg.seed, first, b); }
-
 void synth_batch(Synth *g, int64_t first, Batch *b) {
   fill_lengths(g, g->cfg.seed, first, b);
   int64_t values = b->B;
@@ -617,3 +615,5 @@ void synth_batch(Synth *g, int64_t first, Batch *b) {
     else synth_share(&share[w]);  // no thread: its share runs here
   }
 }
+
+void synth_lengths(Synth *g, int64_t first, Batch *b) { lengths_of(g, g->cfg.seed, first, b); }

@@ -1,7 +1,7 @@
 // checkpoint_set.c: the manifest and the shard files of checkpoint_set.h. The manifest is a
 // checkpoint file itself (checkpoint.h's format, checksummed; its header's step is 0, as it
-// holds no history): entries "set.step" and "set.world", and one entry "shard:FILE" per rank
-// holding that file's size.
+// holds no history): entries "set.step", "set.id" and "set.world", and one entry
+// "shard:FILE" per rank holding that file's size.
 #include "checkpoint_set.h"
 
 #include <dirent.h>
@@ -16,8 +16,9 @@
 #include "checked.h"
 #include "checkpoint.h"
 
-void checkpoint_shard_file(char *buf, size_t size, int64_t step, int rank, int world) {
-  snprintf(buf, size, "shard-%" PRId64 "-%d-of-%d.gemc", step, rank, world);
+void checkpoint_shard_file(char *buf, size_t size, const CkptSet *set, int rank) {
+  snprintf(buf, size, "shard-%" PRId64 "-%016" PRIx64 "-%d-of-%d.gemc", set->step, set->id,
+           rank, set->world);
 }
 
 static int64_t file_size(const char *dir, const char *file) {
@@ -27,15 +28,17 @@ static int64_t file_size(const char *dir, const char *file) {
   return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (int64_t)st.st_size : -1;
 }
 
-// Removes the shards whose step is not `keep` (-1: all).
-static void remove_shards(const char *dir, int64_t keep) {
+// Removes every shard but those of the save `keep` (NULL: all).
+static void remove_shards(const char *dir, const CkptSet *keep) {
   DIR *d = opendir(dir);
   if (!d) return;
   for (struct dirent *e; (e = readdir(d)) != NULL;) {
     long long step;
+    unsigned long long id;
     int rank, world, used = 0;
-    if (sscanf(e->d_name, "shard-%lld-%d-of-%d.gemc%n", &step, &rank, &world, &used) != 3 ||
-        e->d_name[used] != '\0' || step == keep)
+    if (sscanf(e->d_name, "shard-%lld-%16llx-%d-of-%d.gemc%n", &step, &id, &rank, &world,
+               &used) != 4 ||
+        e->d_name[used] != '\0' || (keep && step == keep->step && id == keep->id))
       continue;
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
@@ -45,17 +48,21 @@ static void remove_shards(const char *dir, int64_t keep) {
 }
 
 bool checkpoint_set_commit(const char *dir, const char *model, uint64_t model_key,
-                           int64_t step, int world, char *err, size_t err_size) {
-  CkptEntry *e = xcalloc((size_t)world + 2, sizeof *e);
+                           const CkptSet *set, char *err, size_t err_size) {
+  int world = set->world;
+  int64_t step = set->step;
+  CkptEntry *e = xcalloc((size_t)world + 3, sizeof *e);
   int64_t *sizes = xcalloc((size_t)world + 1, sizeof *sizes);
-  char (*names)[96] = xcalloc((size_t)world, sizeof *names);
+  char (*names)[128] = xcalloc((size_t)world, sizeof *names);
   bool ok = true;
   int64_t w = world, at = step;
+  uint64_t id = set->id;
   e[0] = (CkptEntry){"set.world", &w, sizeof w, CKPT_ANY};
   e[world + 1] = (CkptEntry){"set.step", &at, sizeof at, CKPT_ANY};
+  e[world + 2] = (CkptEntry){"set.id", &id, sizeof id, CKPT_ANY};
   for (int r = 0; ok && r < world; r++) {
-    char file[64];
-    checkpoint_shard_file(file, sizeof file, step, r, world);
+    char file[96];
+    checkpoint_shard_file(file, sizeof file, set, r);
     sizes[r] = file_size(dir, file);
     if (sizes[r] < 0)
       ok = fail(err, err_size, "the checkpoint set of step %" PRId64 " in %s has no %s: not "
@@ -64,12 +71,12 @@ bool checkpoint_set_commit(const char *dir, const char *model, uint64_t model_ke
     e[r + 1] = (CkptEntry){names[r], &sizes[r], sizeof sizes[r], CKPT_ANY};
   }
   ok = ok && checkpoint_save_named(dir, CHECKPOINT_MANIFEST, model, model_key, 0, e,
-                                   world + 2, err, err_size);
+                                   world + 3, err, err_size);
   if (ok) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, CHECKPOINT_FILE);
     unlink(path);
-    remove_shards(dir, step);
+    remove_shards(dir, set);
   }
   free(e);
   free(sizes);
@@ -81,7 +88,7 @@ void checkpoint_set_remove(const char *dir) {
   char path[4200];
   snprintf(path, sizeof path, "%s/%s", dir, CHECKPOINT_MANIFEST);
   unlink(path);
-  remove_shards(dir, -1);
+  remove_shards(dir, NULL);
 }
 
 static bool any_shard(const char *dir) {
@@ -99,15 +106,20 @@ static bool read_manifest(const char *dir, CkptSet *set, char *err, size_t err_s
   CkptFile *f = checkpoint_open_named(dir, CHECKPOINT_MANIFEST, &info, err, err_size);
   if (!f) return false;
   int64_t w = 0, step = -1;
+  uint64_t id = 0;
   bool ok = checkpoint_read_entry(f, "set.world", &w, sizeof w, err, err_size) &&
-            checkpoint_read_entry(f, "set.step", &step, sizeof step, err, err_size);
-  if (ok && (w < 1 || w > (1 << 20) || info.nentries != w + 2 || step < 0))
+            checkpoint_read_entry(f, "set.step", &step, sizeof step, err, err_size) &&
+            checkpoint_read_entry(f, "set.id", &id, sizeof id, err, err_size);
+  if (ok && (w < 1 || w > (1 << 20) || info.nentries != w + 3 || step < 0))
     ok = fail(err, err_size, "%s/%s is corrupt: a world of %" PRId64 " ranks with %d entries",
               dir, CHECKPOINT_MANIFEST, w, info.nentries);
+  set->step = step;
+  set->id = id;
+  set->world = (int)w;
   for (int r = 0; ok && r < w; r++) {
-    char file[64], name[96];
+    char file[80], name[112];
     int64_t want = 0;
-    checkpoint_shard_file(file, sizeof file, step, r, (int)w);
+    checkpoint_shard_file(file, sizeof file, set, r);
     snprintf(name, sizeof name, "shard:%s", file);
     ok = checkpoint_read_entry(f, name, &want, sizeof want, err, err_size);
     int64_t got = ok ? file_size(dir, file) : 0;
@@ -117,8 +129,6 @@ static bool read_manifest(const char *dir, CkptSet *set, char *err, size_t err_s
                 got < 0 ? "is missing" : "has a truncated or replaced", file,
                 got < 0 ? "" : " (its size differs from the manifest's)");
   }
-  set->step = step;
-  set->world = (int)w;
   checkpoint_close(f);
   checkpoint_info_free(&info);
   return ok;

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "batch.h"
 #include "batch_pipeline.h"
@@ -115,6 +116,7 @@ struct Trainer {
   float *teacher_mine;       // [B] this rank's share of them
   double dist_compute_s, dist_comm_s, global_flops, grad_bytes_s;
   int64_t dist_steps;
+  bool failed_together;      // the last failure was agreed by every rank (trainer.h)
 };
 
 static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
@@ -576,6 +578,7 @@ static bool guard_step(Trainer *t, const char *tensor, int64_t nan, int64_t inf,
   }
   if (n > 0) t->skipped_in_row++;
   record_failure(t, step, tensor, nan, inf, values);
+  t->failed_together = t->comm != NULL;  // every rank saw the same global loss and gradients
   char bad[320], hint[96];
   describe(tensor, nan, inf, values, bad, sizeof bad);
   lr_hint(t, tensor, hint, sizeof hint);
@@ -660,11 +663,14 @@ bool trainer_check_finite(Trainer *t, char *err, size_t err_size) {
     char why[256] = "";
     bool all_fine = dist_agree(t, !bad, "the state check", why, sizeof why);
     if (why[0]) return fail(err, err_size, "%s", why);
-    if (!bad && !all_fine)
+    if (!bad && !all_fine) {
+      t->failed_together = true;
       return fail(err, err_size, "training diverged: after step %" PRId64 ", another rank's "
                   "state is not finite (that rank names it)", t->step);
+    }
   }
   if (!bad) return true;
+  t->failed_together = t->comm != NULL;
   record_failure(t, t->step, name, nan, inf, values);
   char what[320], hint[96];
   describe(name, nan, inf, values, what, sizeof what);
@@ -1000,7 +1006,8 @@ static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_
   bool disk = strstr(what, "checkpoint") != NULL;
   double t0 = dist_clock();
   CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_I64, .send = &bad, .recv = &bad,
-                   .count = 1, .what = what, .timeout_s = disk ? 3600 + 300 : 0};
+                   .count = 1, .what = what,
+                   .timeout_s = disk ? comm_timeout(t->comm) + 3600 : 0};
   bool ok = comm_run(t->comm, &call, why, sizeof why);
   t->dist_comm_s += dist_clock() - t0;
   if (!ok) return fail(err, err_size, "%s", why);
@@ -1327,8 +1334,13 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
     return fail(err, err_size, "%s; not saved: the checkpoint in %s is left as it was", why,
                 dir);
   if (t->gpu && !gpu_state_to_host(t, err, err_size)) return false;
-  // Distributed: each rank writes its shard, then rank 0 the manifest (dist_save).
-  if (t->comm) return dist_save(t, dir, err, err_size);
+  // Distributed: each rank writes its shard, then rank 0 the manifest (dist_save), and every
+  // rank knows how it went.
+  if (t->comm) {
+    bool ok = dist_save(t, dir, err, err_size);
+    if (!ok) t->failed_together = true;
+    return ok;
+  }
   Entries s;
   whole_entries(t, &s);
   bool ok = checkpoint_save(dir, t->ir->model, t->key, t->step, s.e, s.n, err, err_size);
@@ -1406,8 +1418,17 @@ static void list_parts(Trainer *t, Parts *p) {
 
 static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   int rank = comm_rank(t->comm), world = comm_world(t->comm);
-  char file[64];
-  checkpoint_shard_file(file, sizeof file, t->step, rank, world);
+  // The save's id, rank 0's draw: the shards of two saves never share a name.
+  int64_t id = 0;
+  if (rank == 0) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    id = (int64_t)fnv1a64(FNV1A64_INIT, &ts, sizeof ts) ^ (int64_t)getpid() ^ t->step;
+  }
+  if (!dist_allreduce(t, &id, 1, COMM_I64, "the checkpoint's id", err, err_size)) return false;
+  CkptSet set = {.step = t->step, .id = (uint64_t)id, .world = world};
+  char file[96];
+  checkpoint_shard_file(file, sizeof file, &set, rank);
   bool ok;
   if (rank == 0) {
     Entries s;
@@ -1434,7 +1455,7 @@ static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   const char *hook = getenv("GEMC_TEST_CKPT_NO_MANIFEST");
   bool commit = !(hook && strcmp(hook, "1") == 0);
   if (rank == 0 && commit)
-    ok = checkpoint_set_commit(dir, t->ir->model, t->key, t->step, world, err, err_size);
+    ok = checkpoint_set_commit(dir, t->ir->model, t->key, &set, err, err_size);
   if (!dist_agree(t, ok, "the checkpoint's manifest", agree_err, sizeof agree_err) && ok)
     return fail(err, err_size, "rank 0 could not write the checkpoint's manifest in %s", dir);
   return ok;
@@ -1445,8 +1466,8 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, char *er
                        size_t err_size) {
   bool ok = true;
   for (int r = 1; ok && r < set->world; r++) {
-    char file[64];
-    checkpoint_shard_file(file, sizeof file, set->step, r, set->world);
+    char file[96];
+    checkpoint_shard_file(file, sizeof file, set, r);
     CkptInfo info;
     CkptFile *f = checkpoint_open_named(dir, file, &info, err, err_size);
     if (!f) return false;
@@ -1564,17 +1585,23 @@ static bool resume_validate(Trainer *t, CkptFile *f, const CkptInfo *info, int *
   return true;
 }
 
-bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
+// Reads what checkpoint_set_find chose: DIR/checkpoint.gemc (kind 0) or the set (kind 1).
+static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *set, char *err,
+                        size_t err_size) {
   // One open file for the sizes, the checks and the data: a save that renames a new
   // checkpoint in meanwhile does not mix two files.
-  CkptSet set = {0};
-  int kind = checkpoint_set_find(dir, &set, err, err_size);
-  if (kind < 0) return false;
-  char file[64] = CHECKPOINT_FILE;
-  if (kind == 1) checkpoint_shard_file(file, sizeof file, set.step, 0, set.world);
+  char file[96] = CHECKPOINT_FILE;
+  if (kind == 1) checkpoint_shard_file(file, sizeof file, set, 0);
   CkptInfo info;
   CkptFile *f = checkpoint_open_named(dir, file, &info, err, err_size);
   if (!f) return false;
+  if (kind == 1 && info.step != set->step) {
+    fail(err, err_size, "%s/%s is at step %" PRId64 ", its manifest says %" PRId64 ": refused",
+         dir, file, info.step, set->step);
+    checkpoint_info_free(&info);
+    checkpoint_close(f);
+    return false;
+  }
   int64_t nsteps = info.step;
   int ncurve = 0;
   bool ok = resume_validate(t, f, &info, &ncurve, err, err_size);
@@ -1595,14 +1622,7 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
                 "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
   }
   checkpoint_close(f);
-  if (ok && kind == 1) ok = read_parts(t, dir, &set, err, err_size);
-  if (t->comm) {
-    // Every rank read the checkpoint, or none trains from it.
-    char agree_err[256];
-    if (!dist_agree(t, ok, "reading the checkpoint", agree_err, sizeof agree_err) && ok)
-      ok = fail(err, err_size, "another rank could not read the checkpoint in %s (that rank "
-                "names why)", dir);
-  }
+  if (ok && kind == 1) ok = read_parts(t, dir, set, err, err_size);
   if (ok) {
     free(t->losses);
     t->losses = losses;
@@ -1635,6 +1655,43 @@ bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
   entries_free(&s);
   return ok;
 }
+
+bool trainer_resume(Trainer *t, const char *dir, char *err, size_t err_size) {
+  CkptSet set = {0};
+  if (!t->comm) {
+    int kind = checkpoint_set_find(dir, &set, err, err_size);
+    return kind >= 0 && resume_read(t, dir, kind, &set, err, err_size);
+  }
+  // Distributed: rank 0 decides what the run resumes from (ranks on other nodes might see the
+  // directory differently), every rank reads that, and one agreement covers every failure.
+  int64_t pick[4] = {0, 0, 0, 0};  // kind + 1 (0: refused), step, id, world
+  char why[512] = "";
+  if (comm_rank(t->comm) == 0) {
+    int kind = checkpoint_set_find(dir, &set, why, sizeof why);
+    pick[0] = kind + 1;
+    pick[1] = set.step;
+    pick[2] = (int64_t)set.id;
+    pick[3] = set.world;
+  }
+  if (!dist_allreduce(t, pick, 4, COMM_I64, "the checkpoint to resume from", err, err_size))
+    return false;
+  int kind = (int)pick[0] - 1;
+  set = (CkptSet){.step = pick[1], .id = (uint64_t)pick[2], .world = (int)pick[3]};
+  bool ok;
+  if (kind < 0)
+    ok = fail(err, err_size, "%s", why[0] ? why : "rank 0 found no checkpoint it could use in "
+              "the directory (it names why)");
+  else
+    ok = resume_read(t, dir, kind, &set, err, err_size);
+  char agree_err[256];
+  if (!dist_agree(t, ok, "reading the checkpoint", agree_err, sizeof agree_err) && ok)
+    ok = fail(err, err_size, "another rank could not read the checkpoint in %s (that rank "
+              "names why)", dir);
+  if (!ok) t->failed_together = true;
+  return ok;
+}
+
+bool trainer_failed_together(const Trainer *t) { return t && t->failed_together; }
 
 // --- reporting --------------------------------------------------------------------------
 

@@ -201,6 +201,10 @@ typedef struct DistSummary {
 } DistSummary;
 bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size);
 bool trainer_distributed(const Trainer *t);  // a world of more than one
+// The last failure was decided by every rank together (the divergence guard, the state check,
+// a checkpoint's save or read), so every rank stops at once of its own accord; any other
+// failure is one rank's alone, and the job must be ended for the others (train_world_leave).
+bool trainer_failed_together(const Trainer *t);
 
 // --- the loop (train_loop.c) -------------------------------------------------------------
 

@@ -140,15 +140,16 @@ train restz 1 --resume ckz
 same "ZeRO-2 + row-wise shards save, 1 rank resumes = a straight run" restz.json one.json
 
 # The set's files: each rank's shard and the manifest, and nothing they replace.
-if [ "$(ls ck2 | grep -v lock | sort | tr '\n' ' ')" = "manifest.gemc shard-25-0-of-2.gemc shard-25-1-of-2.gemc " ]
+if [ "$(ls ck2 | grep -v lock | sed 's/-[0-9a-f]\{16\}-/-ID-/' | sort | tr '\n' ' ')" = \
+     "manifest.gemc shard-25-ID-0-of-2.gemc shard-25-ID-1-of-2.gemc " ]
 then pass "2 ranks write a shard each and a manifest"
 else fail "the files of a 2-rank checkpoint: $(ls ck2 | tr '\n' ' ')"; fi
 # A set missing a shard, or its manifest, is refused; one whose save stopped before the
 # manifest leaves the set before it in force.
-cp -r ck2 ckmiss && rm ckmiss/shard-25-1-of-2.gemc
+cp -r ck2 ckmiss && rm ckmiss/shard-25-*-1-of-2.gemc
 "$gemc" train "$model" --backend cpu --steps 1 -q --resume ckmiss >miss.out 2>&1
 rc=$?
-if [ $rc = 1 ] && grep -q "is missing shard-25-1-of-2.gemc: refused" miss.out
+if [ $rc = 1 ] && grep -q "is missing shard-25-[0-9a-f]*-1-of-2.gemc: refused" miss.out
 then pass "a set missing a shard is refused"; else fail "a set missing a shard: exit $rc"; cat miss.out; fi
 cp -r ck2 cknoman && rm cknoman/manifest.gemc
 "$gemc" train "$model" --backend cpu --steps 1 -q --resume cknoman >noman.out 2>&1
@@ -157,9 +158,16 @@ if [ $rc = 1 ] && grep -q "holds shards of a distributed checkpoint but no manif
 then pass "shards without a manifest are refused"; else fail "no manifest: exit $rc"; cat noman.out; fi
 cp -r ck2 ckcrash
 GEMC_TEST_CKPT_NO_MANIFEST=1 train crash 2 --resume ckcrash --save ckcrash
-[ -f ckcrash/shard-50-1-of-2.gemc ] || fail "the unfinished save left no step-50 shard"
+ls ckcrash/shard-50-*-1-of-2.gemc >/dev/null 2>&1 || fail "the unfinished save left no step-50 shard"
 train after_crash 1 --resume ckcrash
 same "a save stopped before its manifest: the step-25 set stays in force" after_crash.json one.json
+# Two saves at the same step: the second (another seed) stops before its manifest. The shards
+# carry the save's id, so the first set is untouched and still in force.
+train same1 2 --save cksame
+GEMC_TEST_CKPT_NO_MANIFEST=1 train same2 2 --save cksame --seed 2
+train same_rest 1 --resume cksame
+same "a second save at the same step, stopped before its manifest, leaves the first in force" \
+  same_rest.json one.json
 train single_over 1 --resume ck2 --save ck2
 if [ "$(ls ck2 | grep -v lock | tr '\n' ' ')" = "checkpoint.gemc " ]
 then pass "a 1-rank save replaces the set it resumed from"
