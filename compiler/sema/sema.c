@@ -315,6 +315,29 @@ static const char *const parallel_names[] = {"dense", "bucket_mb", "tables"};
 static const char *const dense_names[] = {"data_parallel", "zero1", "zero2"};
 enum { MAX_BUCKET_MB = 4096 };
 
+// The index in names[n] of attribute a's key, recorded in seen[n]; -1 after reporting an
+// unknown key (with a suggestion) or a repeated one. `what` names the kind ("table
+// attribute"), `where` (or "") ends the duplicate's message (" in table 't'").
+static int attr_index(Sema *S, const TableAttr *a, const char *const *names, int n,
+                      const char *what, const char *where, const TableAttr **seen) {
+  int k = -1;
+  for (int j = 0; j < n; j++)
+    if (a->key && strcmp(a->key, names[j]) == 0) k = j;
+  if (k < 0) {
+    diag_error(S->d, a->key_loc, "unknown %s '%s'; expected %s", what, a->key ? a->key : "?",
+               sema_list(S, names, n));
+    if (a->key) sema_suggest(S, a->key_loc, a->key, names, n);
+    return -1;
+  }
+  if (seen[k]) {
+    diag_error(S->d, a->key_loc, "duplicate %s '%s'%s", what, a->key, where);
+    diag_note(S->d, seen[k]->key_loc, "previous '%s' is here", a->key);
+    return -1;
+  }
+  seen[k] = a;
+  return k;
+}
+
 static const char *read_name(Sema *S, const Expr *e, const char *what);
 static bool read_placement(Sema *S, const Expr *e, const char *what, ShardTable *out);
 
@@ -328,22 +351,8 @@ static void read_parallel(Sema *S, const Stmt *s, const Stmt *prev) {
   const TableAttr *seen[3] = {0};
   for (int i = 0; i < s->nattrs; i++) {
     const TableAttr *a = &s->attrs[i];
-    int k = -1;
-    for (int j = 0; j < 3; j++)
-      if (a->key && strcmp(a->key, parallel_names[j]) == 0) k = j;
-    if (k < 0) {
-      diag_error(S->d, a->key_loc, "unknown parallel setting '%s'; expected %s",
-                 a->key ? a->key : "?", sema_list(S, parallel_names, 3));
-      if (a->key) sema_suggest(S, a->key_loc, a->key, parallel_names, 3);
-      continue;
-    }
-    if (seen[k]) {
-      diag_error(S->d, a->key_loc, "duplicate parallel setting '%s'", a->key);
-      diag_note(S->d, seen[k]->key_loc, "previous '%s' is here", a->key);
-      continue;
-    }
-    seen[k] = a;
-    if (!a->value) continue;
+    int k = attr_index(S, a, parallel_names, 3, "parallel setting", "", seen);
+    if (k < 0 || !a->value) continue;
     if (k == 0) {
       const char *d = read_name(S, a->value, "parallel setting 'dense'");
       if (d && !shard_dense_from_name(d, &p->dense)) {
@@ -786,24 +795,13 @@ static void make_table(Sema *S, Symbol *y, const Stmt *s) {
   Optim optim = optim_specs[2].dflt;
   for (int i = 0; i < s->nattrs; i++) {
     const TableAttr *a = &s->attrs[i];
-    int k = -1;
-    for (int j = 0; j < 5; j++)
-      if (a->key && strcmp(a->key, table_attr_names[j]) == 0) k = j;
+    char where[160];
+    snprintf(where, sizeof where, " in table '%s'", s->name);
+    int k = attr_index(S, a, table_attr_names, 5, "table attribute", where, seen);
     if (k < 0) {
-      diag_error(S->d, a->key_loc, "unknown table attribute '%s'; expected %s",
-                 a->key ? a->key : "?", sema_list(S, table_attr_names, 5));
-      if (a->key) sema_suggest(S, a->key_loc, a->key, table_attr_names, 5);
       ok = false;
       continue;
     }
-    if (seen[k]) {
-      diag_error(S->d, a->key_loc, "duplicate table attribute '%s' in table '%s'", a->key,
-                 s->name);
-      diag_note(S->d, seen[k]->key_loc, "previous '%s' is here", a->key);
-      ok = false;
-      continue;
-    }
-    seen[k] = a;
     if (!a->value) {
       ok = false;
       continue;

@@ -14,6 +14,7 @@
 
 #include "arena.h"          // defines: Arena, arena_free
 #include "checked.h"        // defines: fail, xcalloc, xmalloc
+#include "clock.h"
 #include "gdpa_gpu.h"       // defines: gdpa_gpu_*, GdpaBatch, gdpa_batch_*, gdpa_launch_range
 #include "jit_cache.h"      // defines: JitRequest, JitUnit, jit_compile_units
 #include "numerics.h"       // defines: bf16_decode, fp16_decode
@@ -40,12 +41,6 @@ static const char *const fill_kernel =
     "  float u = (float)(x >> 8) * (1.0f / 16777216.0f) * 2.0f - 1.0f;\n"
     "  p[i] = (bf16_t)(attn_pack_bf16(u * amp, 0.0f) & 0xffffu);\n"
     "}\n";
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // --- one node's candidates, built ---------------------------------------------------------
 
@@ -276,7 +271,7 @@ static int pick_winner(const TuneOp *op, const Timing *t) {
 // false (with the reason in `why`) when the node cannot be tuned after all.
 static bool measure(const TuneOp *op, int reps, const char *cache_dir, Built *b, Timing *t,
                     bool *usable, char *why, size_t why_size, char *err, size_t err_size) {
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   JitUnit units[TUNE_MAX_CANDIDATES];
   memset(units, 0, sizeof units);
   for (int i = 0; i < op->ncand; i++) emit_candidate(op, i, &b[i]);
@@ -296,7 +291,7 @@ static bool measure(const TuneOp *op, int reps, const char *cache_dir, Built *b,
          b[op->def].why);
   }
   if (ok && *usable) t->winner = pick_winner(op, t);
-  t->seconds = now_seconds() - t0;
+  t->seconds = monotonic_seconds() - t0;
   return ok;
 }
 
@@ -421,7 +416,7 @@ static bool compile_only(const TuneOptions *o, const TuneOp *op) {
   Built *b = xcalloc(TUNE_MAX_CANDIDATES, sizeof *b);
   JitUnit units[TUNE_MAX_CANDIDATES];
   memset(units, 0, sizeof units);
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   for (int i = 0; i < op->ncand; i++) emit_candidate(op, i, &b[i]);
   compile_candidates(op, b, units, o->cache_dir);
   int built = 0;
@@ -436,7 +431,7 @@ static bool compile_only(const TuneOptions *o, const TuneOp *op) {
   }
   if (o->table)
     fprintf(o->table, "  %d of %d candidates compiled for %s in %.1f s\n\n", built, op->ncand,
-            op->arch, now_seconds() - t0);
+            op->arch, monotonic_seconds() - t0);
   jit_units_free(units, op->ncand);
   free_built(b, TUNE_MAX_CANDIDATES);
   free(b);

@@ -11,13 +11,8 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "clock.h"
 #include "comm_internal.h"
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 size_t comm_dtype_size(CommDtype d) { return d == COMM_F32 ? 4 : 8; }
 
@@ -142,7 +137,7 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
   r->call = *call;
   snprintf(r->what, sizeof r->what, "%s", call->what ? call->what : "data");
   r->call.what = r->what;
-  r->started = now_s();
+  r->started = monotonic_seconds();
   r->request = NULL;
   r->finished = false;
   if (!r->ints) r->ints = xcalloc(4 * (size_t)c->world + 4, sizeof *r->ints);
@@ -177,7 +172,7 @@ bool comm_wait(Comm *c, int handle, char *err, size_t err_size) {
       return done > 0;
     }
     double limit = r->call.timeout_s > 0 ? r->call.timeout_s : c->timeout_s;
-    if (now_s() - r->started > limit) timed_out(c, r);
+    if (monotonic_seconds() - r->started > limit) timed_out(c, r);
     if (polls > 1000) {
       struct timespec nap = {0, 20000};  // 20 us: a waiting rank leaves the cores to others
       nanosleep(&nap, NULL);

@@ -17,19 +17,14 @@
 #include <unistd.h>
 
 #include "checked.h"
+#include "clock.h"
 
 // A peer has this long to say hello once connected, so a silent connection (a port scanner,
 // a stale client) cannot hold rank 0 for the whole deadline.
 static const double HELLO_S = 10;
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static int ms_left(double deadline) {
-  double left = deadline - now_s();
+  double left = deadline - monotonic_seconds();
   return left <= 0 ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1e3) + 1;
 }
 
@@ -111,7 +106,7 @@ static bool serve(int port, const char *addr, int world, void *blob, size_t size
     int peer = accept(fd, NULL, NULL);
     if (peer < 0) continue;
     unsigned char hello[12];
-    double hello_by = now_s() + HELLO_S < deadline ? now_s() + HELLO_S : deadline;
+    double hello_by = monotonic_seconds() + HELLO_S < deadline ? monotonic_seconds() + HELLO_S : deadline;
     bool good = move_all(peer, hello, sizeof hello, false, hello_by) &&
                 memcmp(hello, "gemc", 4) == 0;
     int r = good ? (int)get32(hello + 4) : -1, w = good ? (int)get32(hello + 8) : -1;
@@ -175,7 +170,7 @@ static bool join(const char *addr, int port, int rank, int world, void *blob, si
                   "answer with the id (%zu bytes) within %g s", rank, addr, port, size,
                   timeout_s);
     }
-    if (now_s() >= deadline)
+    if (monotonic_seconds() >= deadline)
       return fail(err, err_size, "rendezvous: rank %d could not get the id from rank 0 at %s:%d "
                   "within %g s", rank, addr, port, timeout_s);
     struct timespec nap = {0, 50 * 1000 * 1000};
@@ -189,7 +184,7 @@ bool rendezvous_share(const char *addr, int port, int rank, int world, void *blo
   if (!addr || !*addr || port <= 0)
     return fail(err, err_size, "rendezvous: %d ranks need MASTER_ADDR and MASTER_PORT (torchrun "
                 "and gemc launch set them)", world);
-  double deadline = now_s() + timeout_s;
+  double deadline = monotonic_seconds() + timeout_s;
   return rank == 0 ? serve(port, addr, world, blob, size, deadline, timeout_s, err, err_size)
                    : join(addr, port, rank, world, blob, size, deadline, timeout_s, err,
                           err_size);

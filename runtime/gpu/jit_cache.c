@@ -12,17 +12,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "crc32.h"
 #include "hash.h"
 
 enum { ENTRY_FORMAT = 1, HEADER_BYTES = 40 };
 static const char ENTRY_MAGIC[8] = {'G', 'E', 'M', 'C', 'J', 'I', 'T', '1'};
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 // Hashes a field with its length in front, so that ("ab","c") and ("a","bc") differ.
 static uint64_t hash_field(uint64_t h, const void *data, size_t n) {
@@ -202,7 +197,7 @@ typedef struct Worker {
 } Worker;
 
 static bool run_unit(const JitRequest *r, JitUnit *u, Worker *w) {
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   uint64_t key = 0;
   bool corrupt = false;
   if (r->cache_dir) {
@@ -210,7 +205,7 @@ static bool run_unit(const JitRequest *r, JitUnit *u, Worker *w) {
                         r->gemc_version);
     if (jit_cache_load(r->cache_dir, r->arch, key, &u->image, &u->size, &corrupt, NULL, 0)) {
       u->from_cache = true;
-      u->seconds = now_seconds() - t0;
+      u->seconds = monotonic_seconds() - t0;
       w->hits++;
       return true;
     }
@@ -228,7 +223,7 @@ static bool run_unit(const JitRequest *r, JitUnit *u, Worker *w) {
     char err[256];
     (void)jit_cache_store(r->cache_dir, r->arch, key, u->image, u->size, err, sizeof err);
   }
-  u->seconds = now_seconds() - t0;
+  u->seconds = monotonic_seconds() - t0;
   return true;
 }
 
@@ -249,7 +244,7 @@ static void *worker_main(void *arg) {
 
 bool jit_compile_units(const JitRequest *r, JitUnit *units, int nunits, JitStats *stats,
                        char *err, size_t err_size) {
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   int threads = r->threads;
   if (threads <= 0) {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -285,7 +280,7 @@ bool jit_compile_units(const JitRequest *r, JitUnit *units, int nunits, JitStats
     s.misses += workers[k].misses;
     s.rebuilt += workers[k].rebuilt;
   }
-  s.seconds = now_seconds() - t0;
+  s.seconds = monotonic_seconds() - t0;
   if (stats) *stats = s;
   free(workers);
   free(ids);

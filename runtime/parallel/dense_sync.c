@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "checked.h"
+#include "clock.h"
 
 typedef struct DParam {
   int tensor, index;    // IR tensor; position in the caller's `params`
@@ -53,12 +54,6 @@ bool dense_mode_parse(const char *s, DenseMode *out) {
   else if (strcmp(s, "zero2") == 0) *out = DENSE_ZERO2;
   else return false;
   return true;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int by_final_node(const void *a, const void *b) {
@@ -145,7 +140,7 @@ void dense_sync_begin(DenseSync *d, CpuExec *x, double share) {
 }
 
 static void start_bucket(DenseSync *d, Bucket *k, int index) {
-  if (index == 0) d->span_start = now_s();
+  if (index == 0) d->span_start = monotonic_seconds();
   float s = (float)d->share;
   for (int i = k->first; i < k->first + k->count; i++) {
     const float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
@@ -179,21 +174,21 @@ void dense_sync_node_done(DenseSync *d, int node) {
 
 // Waits for every bucket's collective in flight.
 static bool wait_all(DenseSync *d, char *err, size_t err_size) {
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   bool ok = true;
   for (int j = 0; j < d->nb; j++) {
     Bucket *k = &d->b[j];
     if (k->handle >= 0 && !comm_wait(d->c, k->handle, err, err_size)) ok = false;
     k->handle = -1;
   }
-  d->wait_s += now_s() - t0;
+  d->wait_s += monotonic_seconds() - t0;
   return ok;
 }
 
 bool dense_sync_finish(DenseSync *d, char *err, size_t err_size) {
   dense_sync_node_done(d, d->ir->nnodes);  // buckets the hook did not start
   if (!wait_all(d, err, err_size)) return false;
-  if (d->nb > 0) d->span_s = now_s() - d->span_start;
+  if (d->nb > 0) d->span_s = monotonic_seconds() - d->span_start;
   if (d->failed) {
     snprintf(err, err_size, "%s", d->err);
     return false;

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "checked.h"
+#include "clock.h"
 
 typedef struct TState {
   int tensor;
@@ -51,12 +52,6 @@ bool table_placement_parse(const char *s, TablePlacement *out) {
       return true;
     }
   return false;
-}
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // The ids come from batches the data reader checked: in [0, rows).
@@ -189,9 +184,9 @@ static bool exchange(TableSync *s, CommDtype dtype, const void *send, void *recv
   }
   CommCall call = {.kind = COMM_ALLTOALL, .dtype = dtype, .send = send, .recv = recv,
                    .send_counts = sc, .recv_counts = rc, .what = what};
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   bool ok = comm_run(s->c, &call, err, err_size);
-  s->a2a_seconds += now_s() - t0;
+  s->a2a_seconds += monotonic_seconds() - t0;
   for (int r = 0; r < s->world; r++)
     if (r != s->rank) s->a2a_bytes += (double)sc[r] * (double)comm_dtype_size(dtype);
   free(sc);
@@ -249,7 +244,7 @@ static void by_owner(TableSync *s, const TState *t, const int64_t *ids, int64_t 
 }
 
 bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_t err_size) {
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   bool ok = true;
   for (int k = 0; ok && k < s->nt; k++) {
     TState *t = &s->t[k];
@@ -288,7 +283,7 @@ bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_
     free(give);
     free(got);
   }
-  s->seconds += now_s() - t0;
+  s->seconds += monotonic_seconds() - t0;
   return ok;
 }
 
@@ -389,10 +384,10 @@ static bool reduce_table(TableSync *s, TState *t, CpuExec *x, double share, char
 }
 
 bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size) {
-  double t0 = now_s();
+  double t0 = monotonic_seconds();
   bool ok = true;
   for (int k = 0; ok && k < s->nt; k++) ok = reduce_table(s, &s->t[k], x, share, err, err_size);
-  s->seconds += now_s() - t0;
+  s->seconds += monotonic_seconds() - t0;
   return ok;
 }
 

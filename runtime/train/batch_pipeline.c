@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "checked.h"
+#include "clock.h"
 
 enum { ITEM_FREE, ITEM_BUSY, ITEM_READY, ITEM_TAKEN };
 
@@ -26,12 +27,6 @@ struct BatchPipeline {
   PipelineProduce produce;
   void *ctx;
 };
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static PipelineItem *free_item(BatchPipeline *p) {
   for (int i = 0; i < p->depth; i++)
@@ -100,7 +95,7 @@ static PipelineItem *find_item(BatchPipeline *p, int64_t cursor) {
 }
 
 PipelineItem *pipeline_take(BatchPipeline *p, int64_t cursor, double *wait_s) {
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   pthread_mutex_lock(&p->mu);
   p->paused = false;  // a take needs the producer
   PipelineItem *it;
@@ -126,7 +121,7 @@ PipelineItem *pipeline_take(BatchPipeline *p, int64_t cursor, double *wait_s) {
   }
   it->state = ITEM_TAKEN;
   pthread_mutex_unlock(&p->mu);
-  if (wait_s) *wait_s = now_seconds() - t0;
+  if (wait_s) *wait_s = monotonic_seconds() - t0;
   return it;
 }
 

@@ -2,6 +2,7 @@
 // A live line is redrawn at most ten times a second; before a result line is printed on
 // stdout it is erased from stderr, so both streams can share one terminal.
 #include "progress.h"
+#include "clock.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -10,12 +11,6 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static bool is_terminal(FILE *f) {
   const char *term = getenv("TERM");
@@ -42,7 +37,7 @@ void progress_begin(Progress *p, FILE *out, FILE *err, bool quiet, int live, int
   p->live = p->err && (live < 0 ? is_terminal(err) : live > 0);
   p->first = first;
   p->total = total;
-  p->start = now_seconds();
+  p->start = monotonic_seconds();
   p->last_draw = -1;
   p->plain_every = total >= 10 ? total / 10 : 1;
 }
@@ -59,7 +54,7 @@ void progress_step(Progress *p, int64_t step, double loss, double ne, double exa
   if (!p->err) return;
   int64_t done = step - p->first;
   bool last = done >= p->total;
-  double now = now_seconds();
+  double now = monotonic_seconds();
   if (p->live) {
     if (!last && p->last_draw >= 0 && now - p->last_draw < 0.1) return;
   } else if (shown || (done % p->plain_every != 0 && !last)) {

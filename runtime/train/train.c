@@ -21,6 +21,7 @@
 #include "checked.h"
 #include "checkpoint.h"
 #include "checkpoint_set.h"
+#include "clock.h"
 #include "cpu_exec.h"
 #include "datafile.h"
 #include "flops.h"
@@ -121,12 +122,6 @@ struct Trainer {
 
 static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
                           double *stage_s, char *err, size_t err_size);
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void optim_overrides_none(OptimOverrides *o) {
   o->lr = o->beta1 = o->beta2 = o->eps = o->weight_decay = NAN;
@@ -432,12 +427,12 @@ static bool next_training_batch(Trainer *t, char *err, size_t err_size) {
 static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
                           double *stage_s, char *err, size_t err_size) {
   Trainer *t = ctx;
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   bool ok = training_batch_at(t, cursor, b, err, err_size);
-  double t1 = now_seconds();
+  double t1 = monotonic_seconds();
   ok = ok && gpu_session_stage(t->gpu, b, st, err, err_size);
   *make_s = t1 - t0;
-  *stage_s = now_seconds() - t1;
+  *stage_s = monotonic_seconds() - t1;
   return ok;
 }
 
@@ -452,13 +447,13 @@ typedef struct BatchTimes {
 static bool gpu_batch_at(Trainer *t, int64_t cursor, BatchTimes *bt, char *err,
                          size_t err_size) {
   *bt = (BatchTimes){0};
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   if (!t->pipeline) {
     bool ok = training_batch_at(t, cursor, &t->batch, err, err_size);
-    double t1 = now_seconds();
+    double t1 = monotonic_seconds();
     ok = ok && gpu_session_set_batch(t->gpu, &t->batch, err, err_size);
     bt->make_s = t1 - t0;
-    bt->stage_s = now_seconds() - t1;
+    bt->stage_s = monotonic_seconds() - t1;
     return ok;
   }
   PipelineItem *it = pipeline_take(t->pipeline, cursor, &bt->wait_s);
@@ -470,11 +465,11 @@ static bool gpu_batch_at(Trainer *t, int64_t cursor, BatchTimes *bt, char *err,
   Batch mine = t->batch;  // the item keeps this one's storage for a later batch
   t->batch = it->batch;
   it->batch = mine;
-  double t1 = now_seconds();
+  double t1 = monotonic_seconds();
   bool ok = gpu_session_set_staged(t->gpu, &it->staged, err, err_size);
   bt->make_s = it->make_s;
   bt->stage_s = it->stage_s;
-  bt->copy_s = now_seconds() - t1;
+  bt->copy_s = monotonic_seconds() - t1;
   pipeline_release(t->pipeline, it);
   return ok;
 }
@@ -747,27 +742,27 @@ static bool set_profiling(Trainer *t, char *err, size_t err_size) {
 }
 
 static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
-  double t0 = now_seconds();
+  double t0 = monotonic_seconds();
   BatchTimes first = {0}, next = {0};
   if (!t->gpu_prefetched && !gpu_batch_at(t, t->cursor, &first, err, err_size)) return false;
   if (!set_profiling(t, err, err_size)) return false;
-  double t1 = now_seconds();
+  double t1 = monotonic_seconds();
   if (!gpu_session_launch(t->gpu, true, t->step + 1, err, err_size)) return false;
-  double t2 = now_seconds();
+  double t2 = monotonic_seconds();
   // While the GPU runs (before the next batch replaces t->batch): the step's FLOPs (a walk
   // over every example's lengths, about 0.7 ms for gem_small: it left the GPU idle when it
   // ran before the launch) and the labels the metrics read after the step.
   if (!t->profiling) t->flops += step_flops(t->ir, &t->batch, true);
   for (int k = 0; k < t->ntasks; k++)
     memcpy(t->gpu_labels[k], task_labels(t, k), (size_t)t->B * sizeof(float));
-  double t2b = now_seconds();
+  double t2b = monotonic_seconds();
   // The next batch: its making and staging ran on the pipeline's thread meanwhile (or run
   // here without one); its copy into a slot and its upload overlap this step.
   t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, &next, err, err_size);
-  double t3 = now_seconds();
+  double t3 = monotonic_seconds();
   double l;
   if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
-  double t4 = now_seconds();
+  double t4 = monotonic_seconds();
   if (!t->profiling) {
     t->times.steps++;
     t->times.launch_s += t2 - t1;
@@ -797,8 +792,6 @@ static bool gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
 // One rank of a world (docs/distributed.md). Every rank makes the same global batch, trains
 // on its token-balanced share of it, and agrees with the others on everything that decides
 // what happens next: the loss, the divergence guard, the state's finiteness, a save's success.
-
-static double dist_clock(void) { return now_seconds(); }
 
 static void dist_backward_hook(void *ctx, int node) {
   Trainer *t = ctx;
@@ -850,11 +843,11 @@ bool trainer_distributed(const Trainer *t) { return t->comm != NULL; }
 // A collective of a few values, timed as communication.
 static bool dist_allreduce(Trainer *t, void *v, int64_t n, CommDtype d, const char *what,
                            char *err, size_t err_size) {
-  double t0 = dist_clock();
+  double t0 = monotonic_seconds();
   CommCall call = {.kind = COMM_ALLREDUCE, .dtype = d, .send = v, .recv = v, .count = n,
                    .what = what};
   bool ok = comm_run(t->comm, &call, err, err_size);
-  t->dist_comm_s += dist_clock() - t0;
+  t->dist_comm_s += monotonic_seconds() - t0;
   return ok;
 }
 
@@ -865,11 +858,11 @@ static bool dist_gather(Trainer *t, const float *mine, float *all, const char *w
   int world = comm_world(t->comm);
   int64_t *counts = xcalloc((size_t)world, sizeof *counts);
   for (int r = 0; r < world; r++) counts[r] = t->split[r + 1] - t->split[r];
-  double t0 = dist_clock();
+  double t0 = monotonic_seconds();
   CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32, .send = mine, .recv = all,
                    .counts = counts, .what = what};
   bool ok = comm_run(t->comm, &call, err, err_size);
-  t->dist_comm_s += dist_clock() - t0;
+  t->dist_comm_s += monotonic_seconds() - t0;
   free(counts);
   return ok;
 }
@@ -939,7 +932,7 @@ static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double 
 
 static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
   Comm *c = t->comm;
-  double start = dist_clock(), comm_before = t->dist_comm_s;
+  double start = monotonic_seconds(), comm_before = t->dist_comm_s;
   double tables_before = table_sync_seconds(t->tables);
   comm_set_step(c, t->step + 1);
   comm_test_faults(c);
@@ -986,7 +979,7 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
   t->step++;
   t->cursor += t->B;
   *loss = l;
-  double took = dist_clock() - start;
+  double took = monotonic_seconds() - start;
   t->dist_comm_s += table_sync_seconds(t->tables) - tables_before +
                     dense_sync_wait_seconds(t->dense);
   t->dist_compute_s += took - (t->dist_comm_s - comm_before);
@@ -1004,12 +997,12 @@ static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_
   int64_t bad = mine ? 0 : 1;
   char why[256];
   bool disk = strstr(what, "checkpoint") != NULL;
-  double t0 = dist_clock();
+  double t0 = monotonic_seconds();
   CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_I64, .send = &bad, .recv = &bad,
                    .count = 1, .what = what,
                    .timeout_s = disk ? comm_timeout(t->comm) + 3600 : 0};
   bool ok = comm_run(t->comm, &call, why, sizeof why);
-  t->dist_comm_s += dist_clock() - t0;
+  t->dist_comm_s += monotonic_seconds() - t0;
   if (!ok) return fail(err, err_size, "%s", why);
   return bad == 0;
 }
@@ -1056,7 +1049,7 @@ bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_si
 }
 
 bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
-  double start = now_seconds();
+  double start = monotonic_seconds();
   t->skipped = false;
   if (t->gpu) {
     if (!(t->opt.on_nan_skip > 0 ? gpu_step_checked(t, loss, err, err_size)
@@ -1067,7 +1060,7 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
     t->step++;
     t->cursor += t->B;
     if (!t->profiling) {
-      t->step_seconds += now_seconds() - start;
+      t->step_seconds += monotonic_seconds() - start;
       t->timed_steps++;
     }
     return true;
@@ -1106,7 +1099,7 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   t->step++;
   t->cursor += t->B;
   *loss = l;
-  t->step_seconds += now_seconds() - start;
+  t->step_seconds += monotonic_seconds() - start;
   t->timed_steps++;
   return true;
 }

@@ -10,15 +10,10 @@
 #include <time.h>
 
 #include "checked.h"
+#include "clock.h"
 #include "internal_error.h"
 #include "progress.h"
 #include "train.h"
-
-static double wall_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static double mean_over_tasks(const TaskMetrics *m, int n, bool auc) {
   double sum = 0;
@@ -131,7 +126,7 @@ static bool has_curve_point(const Trainer *t, int64_t step) {
 
 bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size_t err_size) {
   memset(r, 0, sizeof *r);
-  double start = wall_seconds();
+  double start = monotonic_seconds();
   int ntasks = trainer_ntasks(t);
   int64_t first = trainer_step_count(t), last = first + o->steps;
   int64_t tail = o->steps >= 10 ? (o->steps + 9) / 10 : o->steps;
@@ -215,7 +210,7 @@ bool train_loop(Trainer *t, const LoopOptions *o, LoopResult *r, char *err, size
 
   // The result, also when the run stopped early (the report still describes it).
   r->steps = ok ? o->steps : taken;
-  r->seconds = wall_seconds() - start;
+  r->seconds = monotonic_seconds() - start;
   double run_seconds = trainer_step_seconds(t) - seconds_before;
   int64_t timed = trainer_timed_steps(t) - timed_before;
   r->timed_steps = timed;

@@ -1,0 +1,10 @@
+// clock.c: the monotonic clock of clock.h.
+#include "clock.h"
+
+#include <time.h>
+
+double monotonic_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
