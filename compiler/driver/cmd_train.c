@@ -345,10 +345,11 @@ static bool choose_backend(TrainCli *c, char *reason, size_t size) {
     }
     return true;
   case BACKEND_AUTO:
-    // Several ranks train on the CPU executor: GPU ranks are not built (docs/distributed.md).
+    // Several ranks train on the CPU executor: GPU ranks cannot merge table gradients yet
+    // (docs/distributed.md); --backend cuda asks for them.
     if (world.env.world > 1 && !c->opt.artifact) {
-      snprintf(reason, size, "auto: %d ranks, which train on the CPU executor (GPU ranks are "
-               "not built yet)", world.env.world);
+      snprintf(reason, size, "auto: %d ranks, which train on the CPU executor (GPU ranks "
+               "cannot train tables yet)", world.env.world);
       return true;
     }
     c->opt.cuda = cuda_usable(err, sizeof err);
@@ -585,7 +586,9 @@ int cmd_train(const CliOptions *o) {
 
   char reason[160];
   if (!choose_backend(&c, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
-  if (!train_world_join(&world, c.opt.cuda, c.comm_timeout)) return GEMC_EXIT_USER_ERROR;
+  // CPU ranks meet now; GPU ranks once the model shows that they can train it.
+  if (!c.opt.cuda && !train_world_join(&world, false, c.comm_timeout))
+    return GEMC_EXIT_USER_ERROR;
   // Only rank 0 prints the curve and writes the report; every rank takes part in a save.
   if (!train_world_rank0(&world)) c.quiet = true, c.report = NULL, c.profile = 0;
   c.opt.gpu_log = c.quiet ? NULL : stdout;
@@ -618,9 +621,19 @@ int cmd_train(const CliOptions *o) {
     loaded_model_free(&m);
     return train_world_leave(&world, GEMC_EXIT_USAGE, false);
   }
+  c.opt.dense_mode = train_world_dense(&m.ir, c.dense != NULL, c.opt.dense_mode);
+  if (c.opt.cuda && world.env.launcher != LAUNCHER_NONE &&
+      !trainer_gpu_world_check(&m.ir, world.env.world, c.opt.dense_mode, err, sizeof err)) {
+    train_world_error(&world, err);
+    loaded_model_free(&m);
+    return train_world_leave(&world, GEMC_EXIT_USAGE, false);
+  }
+  if (c.opt.cuda && !train_world_join(&world, true, c.comm_timeout)) {
+    loaded_model_free(&m);
+    return train_world_leave(&world, GEMC_EXIT_USER_ERROR, false);
+  }
   c.opt.comm = world.comm;
   c.opt.placement = world.placement;
-  c.opt.dense_mode = train_world_dense(&m.ir, c.dense != NULL, c.opt.dense_mode);
   c.opt.bucket_bytes = train_world_bucket_bytes(&m.ir, c.bucket_mb);
   Schedule *sched = tuned_schedules(&c, &m.ir);
   c.opt.node_sched = sched;

@@ -29,17 +29,37 @@ void train_world_error(const TrainWorld *w, const char *msg) {
 
 bool train_world_rank0(const TrainWorld *w) { return w->env.rank == 0; }
 
-bool train_world_join(TrainWorld *w, bool cuda, double timeout_s) {
-  if (w->env.world <= 1) return true;
-  char err[600];
-  if (cuda) {
-    snprintf(err, sizeof err, "this process is rank %d of %d (started by %s), but distributed "
-             "training on GPUs (NCCL) is not built yet; train the ranks on the CPU executor "
-             "(--backend cpu), or one process on the GPU (docs/distributed.md)", w->env.rank,
-             w->env.world, rank_launcher_name(w->env.launcher));
+// GPU ranks: this rank's device is LOCAL_RANK, and the world meets through NCCL, even a world
+// of one that a launcher started (so that it runs the same path as a world of several).
+static bool join_gpus(TrainWorld *w, double timeout_s) {
+  if (w->env.launcher == LAUNCHER_NONE) return true;
+  char err[600], dev[16];
+  snprintf(dev, sizeof dev, "%d", w->env.local_rank);
+  setenv("GEMC_DEVICE", dev, 1);  // the GPU session opens the same device
+  if (!cuda_context_open(&w->ctx, w->env.local_rank, err, sizeof err)) {
+    char msg[800];
+    snprintf(msg, sizeof msg, "rank %d of %d (started by %s) trains on GPU %d (LOCAL_RANK): "
+             "%s", w->env.rank, w->env.world, rank_launcher_name(w->env.launcher),
+             w->env.local_rank, err);
+    train_world_error(w, msg);
+    return false;
+  }
+  w->ctx_open = true;
+  CommInit init = {.master_addr = w->env.master_addr, .master_port = w->env.master_port,
+                   .device = w->env.local_rank};
+  w->comm = comm_open(COMM_NCCL, w->env.rank, w->env.world, timeout_s, &init, err,
+                      sizeof err);
+  if (!w->comm) {
     train_world_error(w, err);
     return false;
   }
+  return true;
+}
+
+bool train_world_join(TrainWorld *w, bool cuda, double timeout_s) {
+  if (cuda) return join_gpus(w, timeout_s);
+  if (w->env.world <= 1) return true;
+  char err[600];
   if (w->env.launcher == LAUNCHER_TORCHRUN) {
     snprintf(err, sizeof err, "this process is rank %d of %d, started by torchrun's variables, "
              "but the CPU executor's ranks meet through OpenMPI: start them with `gemc launch "
@@ -152,6 +172,8 @@ int train_world_leave(TrainWorld *w, int rc, bool together) {
     comm_abort(w->comm, rc);
   }
   comm_close(w->comm);
+  if (w->ctx_open) cuda_context_close(&w->ctx);
+  w->ctx_open = false;
   free(w->placement);
   w->comm = NULL;
   w->placement = NULL;

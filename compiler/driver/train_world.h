@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "comm.h"
+#include "cuda_driver.h"
 #include "ir.h"
 #include "rank_env.h"
 #include "train.h"
@@ -18,13 +19,16 @@ typedef struct TrainWorld {
   Comm *comm;                // NULL: a world of one
   TablePlacement *placement; // [ir->ntensors], NULL: every table replicated
   char prefix[32];           // "rank 1: " in a world of several, else ""
+  CudaContext ctx;           // GPU ranks: device LOCAL_RANK, current while NCCL runs
+  bool ctx_open;
 } TrainWorld;
 
 // Reads the launcher's environment. False (message printed) when it is malformed.
 bool train_world_read(TrainWorld *w);
-// Joins a world of several ranks: the CPU executor's ranks meet through OpenMPI (mpirun,
-// `gemc launch`, srun --mpi=pmix). False, with a message printed, when this world cannot
-// train: GPU ranks (NCCL is not built yet), a launcher MPI cannot join.
+// Joins the world: the CPU executor's ranks (a world of several) meet through OpenMPI
+// (mpirun, `gemc launch`, srun --mpi=pmix); GPU ranks of any world a launcher started meet
+// through NCCL, each on GPU LOCAL_RANK. False, with a message printed, when this world cannot
+// train: a launcher MPI cannot join, a missing GPU, a rendezvous that failed.
 bool train_world_join(TrainWorld *w, bool cuda, double timeout_s);
 // Each table's placement: --shard SPEC ("row", "table", "replicate" or "auto" for every
 // table, or "NAME=PLACE,..." for those named), else the table's `shard` attribute, else the

@@ -69,13 +69,15 @@ static const CommOps self_ops = {"self", self_open, self_start, self_test, NULL,
 // --- the interface ------------------------------------------------------------------------
 
 static void read_fault_hooks(Comm *c) {
-  c->stall_rank = c->die_rank = -1;
+  c->stall_rank = c->die_rank = c->hang_rank = -1;
   const char *v = getenv("GEMC_TEST_COMM_STALL");
   int r;
   long long s;
   if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->stall_rank = r, c->stall_step = s;
   v = getenv("GEMC_TEST_COMM_DIE");
   if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->die_rank = r, c->die_step = s;
+  v = getenv("GEMC_TEST_COMM_HANG");
+  if (v && sscanf(v, "%d:%lld", &r, &s) == 2) c->hang_rank = r, c->hang_step = s;
 }
 
 Comm *comm_open(CommBackend b, int rank, int world, double timeout_s, const CommInit *init,
@@ -131,6 +133,18 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
     if (!c->reqs[i].used) h = i;
   if (h < 0) {
     snprintf(err, err_size, "more than %d collectives in flight", COMM_MAX_INFLIGHT);
+    return -1;
+  }
+  bool nccl = c->ops == &comm_nccl_ops;
+  if ((call->scale != 0 || call->nbufs > 0) &&
+      (!nccl || !call->device || call->kind != COMM_ALLREDUCE)) {
+    snprintf(err, err_size, "internal error: a scaled or grouped collective (%s) needs NCCL "
+             "and device buffers, and is an all-reduce", call->what ? call->what : "data");
+    return -1;
+  }
+  if (call->device && !nccl) {
+    snprintf(err, err_size, "internal error: device buffers (%s) on the %s backend",
+             call->what ? call->what : "data", c->ops->name);
     return -1;
   }
   CommReq *r = &c->reqs[h];

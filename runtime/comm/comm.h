@@ -48,6 +48,15 @@ typedef struct CommCall {
   void *wait_for;              // NCCL: a CUevent the collective waits for (NULL: none)
   double timeout_s;            // this wait's deadline instead of the comm's (0: the comm's):
                                // the agreement after a checkpoint's write, say
+  bool device;                 // NCCL: the buffers are device memory. Else they are host
+                               // memory, which the NCCL backend stages through the device
+  // NCCL, device buffers, all-reduce only:
+  float scale;                 // each rank's values are multiplied by it before the sum
+                               // (NCCL's PreMulSum); 0 means 1
+  int nbufs;                   // > 0: all-reduce bufs[i] (buf_counts[i] elements) in place,
+                               // every buffer in one grouped call; send, recv, count unused
+  void *const *bufs;
+  const int64_t *buf_counts;
 } CommCall;
 // send == recv (in place) is allowed for all-reduce and broadcast only.
 
@@ -95,7 +104,9 @@ void comm_abort(Comm *c, int code);
 
 // Test hooks (tests/dist), at the start of a step: GEMC_TEST_COMM_STALL=R:S makes rank R
 // sleep for ever at step S, so the other ranks' waits time out; GEMC_TEST_COMM_DIE=R:S kills
-// rank R there (SIGKILL), as a crash would.
+// rank R there (SIGKILL), as a crash would; GEMC_TEST_COMM_HANG=R:S (NCCL) makes rank R's
+// collectives of step S wait on the device for a value nobody writes, so that rank's own
+// watchdog times out on a collective stuck in NCCL's stream (a world of one can test it).
 void comm_test_faults(Comm *c);
 
 size_t comm_dtype_size(CommDtype d);

@@ -18,11 +18,18 @@ typedef struct CommReq {
   double started;  // seconds (CLOCK_MONOTONIC)
   void *request;   // MPI: its request; NCCL: the CUevent recorded at the end
   int *ints;       // 4 * world ints: counts, displacements, and a second pair for all-to-all
+  // NCCL with host buffers: the slot's device staging buffer (kept and grown, never freed
+  // while the job runs: a cuMemFree would wait for every stream) and where the result goes.
+  uint64_t stage;
+  size_t stage_bytes;
+  size_t recv_at, recv_bytes;
+  void *host_recv;
 } CommReq;
 
 typedef struct CommOps {
   const char *name;
   // Joins the world; sets c->impl. False with a message.
+  // close also frees every request slot's staging buffer.
   bool (*open)(Comm *c, char *err, size_t err_size);
   bool (*start)(Comm *c, CommReq *r, char *err, size_t err_size);
   // 1: finished; 0: not yet; -1: failed, with a message.
@@ -43,6 +50,8 @@ struct Comm {
   int64_t stall_step;
   int die_rank;          // GEMC_TEST_COMM_DIE; -1: none
   int64_t die_step;
+  int hang_rank;         // GEMC_TEST_COMM_HANG (NCCL); -1: none
+  int64_t hang_step;
   CommReq reqs[COMM_MAX_INFLIGHT];
   void *impl;
   void *impl_stream;      // COMM_NCCL: its CUstream

@@ -9,6 +9,11 @@
 //     can wait on it (comm_done_event).
 //   - Variable per-rank counts use NCCL's grouped calls: all-gather as one broadcast per
 //     rank, reduce-scatter as one reduce per rank, all-to-all as sends and receives.
+//   - Host buffers (the trainer's loss, agreements, predictions; CommCall.device false) go
+//     through a device staging buffer per request slot: copied in before the collective,
+//     copied out when its event has passed.
+//   - Scaled all-reduces use NCCL's PreMulSum operator (made per call, destroyed once
+//     enqueued); grouped ones enqueue one all-reduce per buffer inside one group.
 //   - A timeout aborts the communicator (ncclCommAbort) before the job ends.
 #include <dlfcn.h>
 #include <stdint.h>
@@ -23,7 +28,7 @@
 
 typedef int NcclResult;  // ncclSuccess == 0, ncclInProgress == 7
 enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7, NCCL_INT64 = 4, NCCL_FLOAT32 = 7,
-       NCCL_FLOAT64 = 8, NCCL_SUM = 0, NCCL_ID_BYTES = 128 };
+       NCCL_FLOAT64 = 8, NCCL_SUM = 0, NCCL_ID_BYTES = 128, NCCL_SCALAR_HOST_IMMEDIATE = 1 };
 typedef struct NcclComm *NcclCommHandle;
 typedef struct NcclId {
   char internal[NCCL_ID_BYTES];
@@ -33,6 +38,7 @@ typedef struct Nccl {
   void *lib;
   NcclCommHandle comm;
   CUstream stream;
+  CUdeviceptr never;  // GEMC_TEST_COMM_HANG: a zero word the hung stream waits to see at 1
   int version;
   NcclResult (*GetVersion)(int *);
   NcclResult (*GetUniqueId)(NcclId *);
@@ -51,6 +57,8 @@ typedef struct Nccl {
   NcclResult (*Recv)(void *, size_t, int, int, NcclCommHandle, CUstream);
   NcclResult (*GroupStart)(void);
   NcclResult (*GroupEnd)(void);
+  NcclResult (*RedOpCreatePreMulSum)(int *, void *, int, int, NcclCommHandle);
+  NcclResult (*RedOpDestroy)(int, NcclCommHandle);
 } Nccl;
 
 static const char *const LIBNCCL = "libnccl.so.2";
@@ -81,6 +89,8 @@ static bool load(Nccl *n, char *err, size_t err_size) {
       {"ncclRecv", (void **)&n->Recv},
       {"ncclGroupStart", (void **)&n->GroupStart},
       {"ncclGroupEnd", (void **)&n->GroupEnd},
+      {"ncclRedOpCreatePreMulSum", (void **)&n->RedOpCreatePreMulSum},
+      {"ncclRedOpDestroy", (void **)&n->RedOpDestroy},
   };
   for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
     *syms[i].slot = dlsym(n->lib, syms[i].name);
@@ -143,6 +153,29 @@ static NcclResult group_end(const Nccl *n, NcclResult rc) {
   return rc != NCCL_SUCCESS ? rc : e;
 }
 
+// An all-reduce: plain or scaled (PreMulSum), of one buffer or of several in one group.
+static NcclResult enqueue_allreduce(Nccl *n, const CommCall *k, int t) {
+  int op = NCCL_SUM;
+  float scale = k->scale;
+  NcclResult rc = NCCL_SUCCESS;
+  if (scale != 0 && scale != 1) {
+    rc = n->RedOpCreatePreMulSum(&op, &scale, t, NCCL_SCALAR_HOST_IMMEDIATE, n->comm);
+    if (rc != NCCL_SUCCESS) return rc;
+  }
+  if (k->nbufs > 0) {
+    n->GroupStart();
+    for (int i = 0; i < k->nbufs && rc == NCCL_SUCCESS; i++)
+      rc = n->AllReduce(k->bufs[i], k->bufs[i], (size_t)k->buf_counts[i], t, op, n->comm,
+                        n->stream);
+    rc = group_end(n, rc);
+  } else {
+    rc = n->AllReduce(k->send, k->recv, (size_t)k->count, t, op, n->comm, n->stream);
+  }
+  // An operator may be destroyed once the calls that use it are enqueued.
+  if (op != NCCL_SUM) n->RedOpDestroy(op, n->comm);
+  return rc;
+}
+
 // The collective itself, on n->stream.
 static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
   int t = nccl_dtype(k->dtype), w = c->world;
@@ -152,7 +185,7 @@ static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
   NcclResult rc = NCCL_SUCCESS;
   switch (k->kind) {
     case COMM_ALLREDUCE:
-      return n->AllReduce(send, recv, (size_t)k->count, t, NCCL_SUM, n->comm, n->stream);
+      return enqueue_allreduce(n, k, t);
     case COMM_BROADCAST:
       return n->Broadcast(recv, recv, (size_t)k->count, t, k->root, n->comm, n->stream);
     case COMM_REDUCE_SCATTER:
@@ -189,13 +222,84 @@ static NcclResult enqueue(Comm *c, Nccl *n, const CommCall *k) {
   return rc;
 }
 
+static int64_t sum_counts(const int64_t *v, int n) {
+  int64_t s = 0;
+  for (int i = 0; i < n; i++) s += v[i];
+  return s;
+}
+
+// Host buffers: *k becomes the same call on the slot's staging buffer, its send part copied
+// in (on the comm stream); the wait copies the recv part out (nccl_test).
+static bool stage_in(Comm *c, CommReq *r, CommCall *k, char *err, size_t err_size) {
+  const CudaDriver *d = cuda_driver();
+  Nccl *n = c->impl;
+  size_t es = comm_dtype_size(k->dtype);
+  int64_t ns = 0, nr = 0;
+  switch (k->kind) {
+    case COMM_ALLREDUCE: ns = nr = k->count; break;
+    case COMM_BROADCAST: nr = k->count; break;
+    case COMM_REDUCE_SCATTER: ns = sum_counts(k->counts, c->world); nr = k->counts[c->rank]; break;
+    case COMM_ALLGATHER: ns = k->counts[c->rank]; nr = sum_counts(k->counts, c->world); break;
+    case COMM_ALLTOALL:
+      ns = sum_counts(k->send_counts, c->world);
+      nr = sum_counts(k->recv_counts, c->world);
+      break;
+  }
+  size_t send_bytes = ((size_t)ns * es + 255) / 256 * 256, recv_bytes = (size_t)nr * es;
+  size_t need = send_bytes + recv_bytes + 8;
+  if (need > r->stage_bytes) {
+    if (r->stage) d->cuMemFree((CUdeviceptr)r->stage);
+    r->stage = 0;
+    r->stage_bytes = 0;
+    CUdeviceptr p;
+    if (!cu_ok(d->cuMemAlloc(&p, need * 2), "staging a collective's host buffers", err,
+               err_size))
+      return false;
+    r->stage = p;
+    r->stage_bytes = need * 2;
+  }
+  CUdeviceptr sp = (CUdeviceptr)r->stage, rp = sp + send_bytes;
+  const void *host_in = k->kind == COMM_BROADCAST ? k->recv : k->send;
+  CUdeviceptr dev_in = k->kind == COMM_BROADCAST ? rp : sp;
+  size_t in_bytes = (size_t)(k->kind == COMM_BROADCAST ? nr : ns) * es;
+  if (in_bytes > 0 && !cu_ok(d->cuMemcpyHtoDAsync(dev_in, host_in, in_bytes, n->stream),
+                             "staging a collective's input", err, err_size))
+    return false;
+  r->host_recv = k->recv;
+  r->recv_at = send_bytes;
+  r->recv_bytes = recv_bytes;
+  k->send = (const void *)(uintptr_t)sp;
+  k->recv = (void *)(uintptr_t)rp;
+  return true;
+}
+
+// GEMC_TEST_COMM_HANG: this rank's collectives of this step wait for ever on the device.
+static bool test_hang(Comm *c, Nccl *n, char *err, size_t err_size) {
+  if (c->rank != c->hang_rank || c->step != c->hang_step) return true;
+  const CudaDriver *d = cuda_driver();
+  if (!d->cuStreamWaitValue32)
+    return fail(err, err_size, "GEMC_TEST_COMM_HANG needs cuStreamWaitValue32");
+  if (!n->never) {
+    if (!cu_ok(d->cuMemAlloc(&n->never, 4), "cuMemAlloc", err, err_size) ||
+        !cu_ok(d->cuMemsetD8Async(n->never, 0, 4, n->stream), "cuMemsetD8Async", err, err_size))
+      return false;
+  }
+  fprintf(stderr, "gemc: rank %d: test: the collectives of step %lld hang on the device "
+          "(GEMC_TEST_COMM_HANG)\n", c->rank, (long long)c->step);
+  return cu_ok(d->cuStreamWaitValue32(n->stream, n->never, 1, 0), "cuStreamWaitValue32", err,
+               err_size);
+}
+
 static bool nccl_start(Comm *c, CommReq *r, char *err, size_t err_size) {
   Nccl *n = c->impl;
   const CudaDriver *d = cuda_driver();
-  const CommCall *k = &r->call;
+  CommCall k_staged = r->call, *k = &k_staged;
+  r->host_recv = NULL;
   if (k->wait_for && !cu_ok(d->cuStreamWaitEvent(n->stream, k->wait_for, 0),
                             "cuStreamWaitEvent", err, err_size))
     return false;
+  if (!test_hang(c, n, err, err_size)) return false;
+  if (!k->device && !stage_in(c, r, k, err, err_size)) return false;
   if (!nccl_ok(n, enqueue(c, n, k), "an NCCL collective", err, err_size)) return false;
   CUevent e = NULL;
   if (!cu_ok(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate", err, err_size))
@@ -217,7 +321,13 @@ static int nccl_test(Comm *c, CommReq *r, char *err, size_t err_size) {
     }
     return 0;
   }
-  return cu_ok(q, "an NCCL collective's event", err, err_size) ? 1 : -1;
+  if (!cu_ok(q, "an NCCL collective's event", err, err_size)) return -1;
+  if (r->host_recv && r->recv_bytes > 0 &&
+      !cu_ok(d->cuMemcpyDtoH(r->host_recv, (CUdeviceptr)r->stage + r->recv_at, r->recv_bytes),
+             "reading a collective's result", err, err_size))
+    return -1;
+  r->host_recv = NULL;
+  return 1;
 }
 
 // The done event lives until the wait (comm_done_event hands it out).
@@ -238,7 +348,13 @@ static void nccl_close(Comm *c) {
   Nccl *n = c->impl;
   if (!n) return;
   if (n->comm) n->CommDestroy(n->comm);
-  if (n->stream && cuda_driver()) cuda_driver()->cuStreamDestroy(n->stream);
+  const CudaDriver *d = cuda_driver();
+  for (int i = 0; d && i < COMM_MAX_INFLIGHT; i++) {
+    if (c->reqs[i].stage) d->cuMemFree((CUdeviceptr)c->reqs[i].stage);
+    c->reqs[i].stage = 0;
+  }
+  if (n->never && d) d->cuMemFree(n->never);
+  if (n->stream && d) d->cuStreamDestroy(n->stream);
   free(n);
 }
 

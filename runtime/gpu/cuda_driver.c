@@ -91,6 +91,11 @@ static bool resolve_all(CudaDriver *d, void *lib) {
   RESOLVE(cuStreamDestroy, "cuStreamDestroy_v2", "cuStreamDestroy");
   RESOLVE(cuStreamSynchronize, "cuStreamSynchronize", NULL);
   RESOLVE(cuStreamWaitEvent, "cuStreamWaitEvent", NULL);
+  d->cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, unsigned, unsigned))dlsym(
+      lib, "cuStreamWaitValue32_v2");
+  if (!d->cuStreamWaitValue32)
+    d->cuStreamWaitValue32 = (CUresult(*)(CUstream, CUdeviceptr, unsigned, unsigned))dlsym(
+        lib, "cuStreamWaitValue32");
   RESOLVE(cuEventCreate, "cuEventCreate", NULL);
   RESOLVE(cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
   RESOLVE(cuEventRecord, "cuEventRecord", NULL);

@@ -94,6 +94,9 @@ typedef struct CudaDriver {
   CUresult (*cuStreamDestroy)(CUstream s);
   CUresult (*cuStreamSynchronize)(CUstream s);
   CUresult (*cuStreamWaitEvent)(CUstream s, CUevent e, unsigned flags);
+  // Optional: the stream waits until the 32-bit word at addr is >= value (flags 0); only the
+  // test hook GEMC_TEST_COMM_HANG uses it. NULL: none.
+  CUresult (*cuStreamWaitValue32)(CUstream s, CUdeviceptr addr, unsigned value, unsigned flags);
   CUresult (*cuEventCreate)(CUevent *e, unsigned flags);
   CUresult (*cuEventDestroy)(CUevent e);
   CUresult (*cuEventRecord)(CUevent e, CUstream s);

@@ -95,6 +95,8 @@ struct GpuExec {
   GpuExecStats stats;
   int64_t step_calls;
   bool enqueued;              // the last launch_one put work on the stream
+  GpuLaunchHook hook;         // after each backward launch (distributed training)
+  void *hook_ctx;
 
   // Profiling (gpu_exec_profile): each step one CUDA graph with an event before and after
   // every launch, so the kernels run back to back and each one's time is its own.
@@ -536,9 +538,12 @@ static bool in_phase(const Launch *l, int phases) {
 }
 
 static bool launch_phase(GpuExec *g, int phases, int64_t step, char *err, size_t err_size) {
-  for (int i = 0; i < g->p->nlaunches; i++)
-    if (in_phase(&g->p->launches[i], phases) && !launch_one(g, i, step, err, err_size))
-      return false;
+  bool hooked = g->hook && phases == GPU_BACKWARD;
+  for (int i = 0; i < g->p->nlaunches; i++) {
+    if (!in_phase(&g->p->launches[i], phases)) continue;
+    if (!launch_one(g, i, step, err, err_size)) return false;
+    if (hooked) g->hook(g->hook_ctx, i);
+  }
   return true;
 }
 
@@ -631,7 +636,8 @@ static bool queue_readback(GpuExec *g, char *err, size_t err_size) {
 // One phase, through a graph when graphs are on. A capture that fails (a launch that cannot be
 // captured) turns graphs off for the rest of the run, with a note, and runs the phase directly.
 static bool run_phase(GpuExec *g, int phase, int64_t step, char *err, size_t err_size) {
-  if (!g->o.graphs || g->o.sync_each_launch) return launch_phase(g, phase, step, err, err_size);
+  if (!g->o.graphs || g->o.sync_each_launch || (g->hook && phase == GPU_BACKWARD))
+    return launch_phase(g, phase, step, err, err_size);
   g->capture_failed = false;
   if (launch_graphed(g, phase, err, err_size)) return true;
   if (!g->capture_failed) return false;  // a launch failed for real
@@ -765,7 +771,7 @@ bool gpu_exec_launch(GpuExec *g, int phases, int64_t step, char *err, size_t err
   // that fails (nothing has run) turns the profile off for the run, with a note, as run_phase
   // does for graphs, and the step runs directly.
   bool profiled = false;
-  if (g->profile && !g->prof_exec && (phases & GPU_BACKWARD)) {
+  if (g->profile && !g->hook && !g->prof_exec && (phases & GPU_BACKWARD)) {
     profiled = launch_profiled(g, phases, step, err, err_size);
     if (!profiled && !g->capture_failed) return false;
     if (!profiled) {
@@ -1155,6 +1161,65 @@ bool gpu_exec_check_finite(GpuExec *g, bool grads, GpuNonFinite *first, char *er
   free(list);
   return ok || fail(err, err_size, "checking the %s for NaN and infinite values: %s",
                     grads ? "gradients" : "parameters", cuda_last_error());
+}
+
+// --- distributed training ---------------------------------------------------------------
+
+void gpu_exec_set_launch_hook(GpuExec *g, GpuLaunchHook hook, void *ctx) {
+  g->hook = hook;
+  g->hook_ctx = ctx;
+}
+
+bool gpu_exec_record(GpuExec *g, CUevent e, char *err, size_t err_size) {
+  if (!CU_CHECK(g->d->cuEventRecord(e, g->compute)))
+    return fail(err, err_size, "recording an event: %s", cuda_last_error());
+  return true;
+}
+
+// Buffer b of the plan, as launch l's pointer arguments reach it.
+static bool arg_buffer(const Plan *p, const Ir *ir, const LaunchArg *a, int b) {
+  switch (a->kind) {
+    case ARG_TENSOR:
+    case ARG_TENSOR_MAP: return a->tensor >= 0 && p->tensor_buffer[a->tensor] == b;
+    case ARG_GRAD: {
+      int gt = ir_grad_of(ir, a->tensor);
+      return gt >= 0 && p->tensor_buffer[gt] == b;
+    }
+    case ARG_OPTSTATE:
+      return p->optstate_buffer && p->optstate_buffer[2 * a->tensor + a->slot] == b;
+    case ARG_SCRATCH: return p->scratch[a->slot].buffer == b;
+    default: return false;
+  }
+}
+
+static bool launch_touches(const Plan *p, const Ir *ir, const Launch *l, int b) {
+  switch (l->kind) {
+    case LAUNCH_ZERO: return arg_buffer(p, ir, &l->zero_arg, b);
+    case LAUNCH_GEMM:
+      return arg_buffer(p, ir, &l->gemm_a, b) || arg_buffer(p, ir, &l->gemm_b, b) ||
+             arg_buffer(p, ir, &l->gemm_c, b) ||
+             (l->gemm_has_bias && arg_buffer(p, ir, &l->gemm_bias, b));
+    case LAUNCH_KERNEL:
+      for (int i = 0; i < l->nargs; i++)
+        if (arg_buffer(p, ir, &l->args[i], b)) return true;
+      return false;
+  }
+  return false;
+}
+
+bool gpu_exec_grad(const GpuExec *g, int param, CUdeviceptr *ptr, int64_t *numel,
+                   int *last_launch) {
+  int gt = ir_grad_of(g->ir, param);
+  if (gt < 0 || g->ir->tensors[gt].dtype != DT_F32 || g->layout.feature_of[gt] >= 0) return false;
+  int b = g->p->tensor_buffer[gt];
+  if (b < 0 || !tensor_addr(g, gt, ptr)) return false;
+  *numel = stored_numel(g, gt);
+  *last_launch = -1;
+  for (int i = 0; i < g->p->nlaunches; i++) {
+    const Launch *l = &g->p->launches[i];
+    if (l->backward && !l->optimizer && launch_touches(g->p, g->ir, l, b)) *last_launch = i;
+  }
+  return true;
 }
 
 int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }

@@ -104,6 +104,20 @@ typedef struct GpuNonFinite {
 bool gpu_exec_check_finite(GpuExec *g, bool grads, GpuNonFinite *first, char *err,
                            size_t err_size);
 
+// Distributed training (runtime/parallel/dense_sync.h, docs/distributed.md). While a hook is
+// set, hook(ctx, i) runs on the calling thread right after backward launch i is enqueued, the
+// backward phase runs without a CUDA graph, and steps are not profiled. NULL removes it.
+typedef void (*GpuLaunchHook)(void *ctx, int launch);
+void gpu_exec_set_launch_hook(GpuExec *g, GpuLaunchHook hook, void *ctx);
+// Records event e on the compute stream (after everything enqueued so far).
+bool gpu_exec_record(GpuExec *g, CUevent e, char *err, size_t err_size);
+// Dense parameter `param`'s gradient: its fp32 device buffer, its elements, and the last
+// backward launch that reads or writes that buffer (after it the gradient is final and no
+// later launch of the backward pass touches it). False when the gradient is not stored as an
+// fp32 buffer of its own.
+bool gpu_exec_grad(const GpuExec *g, int param, CUdeviceptr *ptr, int64_t *numel,
+                   int *last_launch);
+
 int gpu_exec_ntasks(const GpuExec *g);
 const float *gpu_exec_task_probs(const GpuExec *g, int task);  // after gpu_exec_finish
 

@@ -1,6 +1,7 @@
 // dense_sync.c: the buckets of dense_sync.h.
 #include "dense_sync.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,8 @@ typedef struct Bucket {
   int64_t *parts;       // [world] the parts' sizes
   int64_t own_lo, own_hi;  // this rank's part, in bucket elements
   int handle;
+  void **dev;           // GPU ranks: its parameters' device gradient buffers [count]
+  int64_t *dev_counts;  // and their elements
 } Bucket;
 
 struct DenseSync {
@@ -36,6 +39,8 @@ struct DenseSync {
   Bucket *b;
   int nb;
   CpuExec *x;
+  bool device;          // GPU ranks: gradients in device buffers (dense_sync_new_device)
+  void *event;          // GPU ranks: the compute-stream event a starting bucket waits for
   double share;
   int next;             // the next bucket to start
   bool failed;
@@ -62,20 +67,26 @@ static int by_final_node(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
-DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
-                          const int *params, int n) {
+// final[i] (NULL: the IR node producing the gradient) orders the parameters into buckets;
+// grads[i] (NULL: host gradients) are the device buffers of GPU ranks.
+static DenseSync *build(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
+                        const int *params, const int *final, void *const *grads, int n) {
   DenseSync *d = xcalloc(1, sizeof *d);
   d->c = c;
   d->ir = ir;
   d->mode = mode;
+  d->device = grads != NULL;
   d->p = xcalloc((size_t)n + 1, sizeof *d->p);
   d->np = n;
+  void **dev = xcalloc((size_t)n + 1, sizeof *dev);
   for (int i = 0; i < n; i++) {
     const Tensor *t = &ir->tensors[params[i]];
     int g = ir_grad_of(ir, params[i]);
     d->p[i] = (DParam){.tensor = params[i], .index = i,
                        .numel = t->fixed[0] * (t->nfixed > 1 ? t->fixed[1] : 1),
-                       .final_node = g >= 0 ? ir->tensors[g].producer : ir->nnodes - 1};
+                       .final_node = final ? final[i]
+                                     : g >= 0 ? ir->tensors[g].producer : ir->nnodes - 1};
+    if (grads) dev[i] = grads[i];
   }
   qsort(d->p, (size_t)n, sizeof *d->p, by_final_node);
   int64_t cap = bucket_bytes / (int64_t)sizeof(float);
@@ -103,8 +114,35 @@ DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_
     k->own_hi = k->size * (rank + 1) / world;
     k->part = xcalloc((size_t)(k->own_hi - k->own_lo) + 1, sizeof *k->part);
     k->handle = -1;
+    k->dev = xcalloc((size_t)k->count + 1, sizeof *k->dev);
+    k->dev_counts = xcalloc((size_t)k->count + 1, sizeof *k->dev_counts);
+    for (int i = 0; i < k->count; i++) {
+      k->dev[i] = dev[d->p[k->first + i].index];
+      k->dev_counts[i] = d->p[k->first + i].numel;
+    }
   }
+  free(dev);
   return d;
+}
+
+DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
+                          const int *params, int n) {
+  return build(c, ir, mode, bucket_bytes, params, NULL, NULL, n);
+}
+
+DenseSync *dense_sync_new_device(Comm *c, const Ir *ir, int64_t bucket_bytes,
+                                 const int *params, const int *final, void *const *grads,
+                                 int n) {
+  return build(c, ir, DENSE_DATA_PARALLEL, bucket_bytes, params, final, grads, n);
+}
+
+bool dense_sync_due(const DenseSync *d, int step) {
+  return !d->failed && d->next < d->nb && d->b[d->next].last_node <= step;
+}
+
+void dense_sync_begin_device(DenseSync *d, double share, void *event) {
+  dense_sync_begin(d, NULL, share);
+  d->event = event;
 }
 
 void dense_sync_free(DenseSync *d) {
@@ -113,6 +151,8 @@ void dense_sync_free(DenseSync *d) {
     free(d->b[j].buf);
     free(d->b[j].part);
     free(d->b[j].parts);
+    free(d->b[j].dev);
+    free(d->b[j].dev_counts);
   }
   free(d->b);
   free(d->p);
@@ -139,8 +179,25 @@ void dense_sync_begin(DenseSync *d, CpuExec *x, double share) {
   d->span_s = 0;
 }
 
+// GPU ranks: the bucket's gradients all-reduced in place, scaled by the share, after the
+// compute stream's event.
+static void start_device_bucket(DenseSync *d, Bucket *k, int index) {
+  char what[64];
+  snprintf(what, sizeof what, "dense gradients, bucket %d of %d", index + 1, d->nb);
+  CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .nbufs = k->count,
+                   .bufs = k->dev, .buf_counts = k->dev_counts, .scale = (float)d->share,
+                   .device = true, .wait_for = d->event, .what = what};
+  if (call.scale == 1) call.scale = 0;
+  k->handle = comm_start(d->c, &call, d->err, sizeof d->err);
+  if (k->handle < 0) d->failed = true;
+}
+
 static void start_bucket(DenseSync *d, Bucket *k, int index) {
   if (index == 0) d->span_start = monotonic_seconds();
+  if (d->device) {
+    start_device_bucket(d, k, index);
+    return;
+  }
   float s = (float)d->share;
   for (int i = k->first; i < k->first + k->count; i++) {
     const float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
@@ -186,14 +243,14 @@ static bool wait_all(DenseSync *d, char *err, size_t err_size) {
 }
 
 bool dense_sync_finish(DenseSync *d, char *err, size_t err_size) {
-  dense_sync_node_done(d, d->ir->nnodes);  // buckets the hook did not start
+  dense_sync_node_done(d, INT_MAX);  // buckets the hook did not start
   if (!wait_all(d, err, err_size)) return false;
   if (d->nb > 0) d->span_s = monotonic_seconds() - d->span_start;
   if (d->failed) {
     snprintf(err, err_size, "%s", d->err);
     return false;
   }
-  if (d->mode == DENSE_ZERO2) return true;
+  if (d->mode == DENSE_ZERO2 || d->device) return true;
   for (int j = 0; j < d->nb; j++)
     for (int i = d->b[j].first; i < d->b[j].first + d->b[j].count; i++) {
       float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);

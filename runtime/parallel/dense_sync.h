@@ -34,6 +34,19 @@ typedef struct DenseSync DenseSync;
 // (one parameter larger than that is a bucket of its own).
 DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
                           const int *params, int n);
+// GPU ranks (NCCL), data parallel: the gradients stay in the executor's device buffers,
+// grads[i] holding params[i]'s (fp32, its numel). final[i] is the step after which that
+// gradient is final: a plan launch index, which dense_sync_node_done then takes instead of an
+// IR node. Each bucket becomes one grouped in-place all-reduce, each rank's values scaled by
+// its share before the sum (NCCL's PreMulSum), ordered after the compute-stream event given
+// to dense_sync_begin_device, which the caller records just before a node_done that starts
+// a bucket (dense_sync_due), and records again after the whole backward pass before
+// dense_sync_finish (which starts any bucket not yet started, after that event).
+DenseSync *dense_sync_new_device(Comm *c, const Ir *ir, int64_t bucket_bytes,
+                                 const int *params, const int *final, void *const *grads,
+                                 int n);
+void dense_sync_begin_device(DenseSync *d, double share, void *event);
+bool dense_sync_due(const DenseSync *d, int step);  // node_done(step) would start a bucket
 void dense_sync_free(DenseSync *d);
 DenseMode dense_sync_mode(const DenseSync *d);
 int dense_sync_buckets(const DenseSync *d);

@@ -332,7 +332,9 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     if (t->eval_count < t->B) t->eval_count = t->B;
     t->eval_first = SYNTH_EVAL_FIRST;
   }
-  if (ok && o->comm && comm_world(o->comm) > 1) ok = dist_setup(t, err, err_size);
+  // CPU ranks join a world of several; GPU ranks any world a launcher started (NCCL even for
+  // one rank), once their session is open.
+  if (ok && o->comm && !o->cuda && comm_world(o->comm) > 1) ok = dist_setup(t, err, err_size);
   if (ok && o->cuda) {
     GpuSessionOptions go = {.artifact = o->artifact, .model_key = t->key, .max_batch = t->B,
                             .graphs = true, .log = o->gpu_log};
@@ -343,10 +345,12 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     for (int k = 0; ok && k < t->ntasks; k++)
       t->gpu_labels[k] = xcalloc((size_t)t->B, sizeof(float));
     // Three items: the one being copied, the next one ready, one being made.
+    // A rank makes its own share of each batch (dist_share): no pipeline.
     const char *env = getenv("GEMC_PIPELINE");
-    if (ok && !(env && strcmp(env, "0") == 0))
+    if (ok && !o->comm && !(env && strcmp(env, "0") == 0))
       t->pipeline = pipeline_new(3, &t->schema, t->B, t->B, produce_batch, t);
     t->times.pipelined = t->pipeline != NULL;
+    if (ok && o->comm) ok = dist_setup(t, err, err_size);
   }
   if (!ok) {
     trainer_free(t);
@@ -798,13 +802,65 @@ static void dist_backward_hook(void *ctx, int node) {
   dense_sync_node_done(t->dense, node);
 }
 
+// GPU ranks: after backward launch `launch` is enqueued, the buckets whose gradients are now
+// final start on the comm stream, after an event recorded here on the compute stream.
+static void dist_gpu_launch_hook(void *ctx, int launch) {
+  Trainer *t = ctx;
+  if (!dense_sync_due(t->dense, launch)) return;
+  char err[256];
+  // Without the event a bucket could be reduced before its gradients are final: stop.
+  if (!gpu_session_record(t->gpu, err, sizeof err)) {
+    fprintf(stderr, "gemc: rank %d: error: %s\n", comm_rank(t->comm), err);
+    comm_abort(t->comm, 1);
+  }
+  dense_sync_node_done(t->dense, launch);
+}
+
+bool trainer_gpu_world_check(const Ir *ir, int world, DenseMode dense, char *err,
+                             size_t err_size) {
+  if (dense != DENSE_DATA_PARALLEL)
+    return fail(err, err_size, "--dense %s is not built for GPU ranks (their optimizer kernels "
+                "update whole parameters); use --dense data-parallel, or the CPU executor's "
+                "ranks (--backend cpu)", dense_mode_name(dense));
+  for (int i = 0; world > 1 && i < ir->ntensors; i++) {
+    const Tensor *p = &ir->tensors[i];
+    if (p->kind == TENSOR_TABLE && ir_grad_of(ir, i) >= 0)
+      return fail(err, err_size, "table %s trains, and GPU ranks cannot yet merge table "
+                  "gradients across ranks (the GPU's table-gradient kernels apply the optimizer "
+                  "inside the backward pass), so %d GPU ranks would each update it from their "
+                  "own share; train the CPU executor's ranks (--backend cpu), or one GPU rank",
+                  p->name, world);
+  }
+  return true;
+}
+
+// GPU ranks' dense buckets: each parameter's device gradient and the launch after which it is
+// final.
+static bool dist_gpu_dense(Trainer *t, const int *params, int np, int64_t bucket, char *err,
+                           size_t err_size) {
+  void **grads = xcalloc((size_t)np + 1, sizeof *grads);
+  int *final = xcalloc((size_t)np + 1, sizeof *final);
+  bool ok = true;
+  for (int i = 0; ok && i < np; i++) {
+    int64_t numel;
+    if (!gpu_session_grad(t->gpu, params[i], &grads[i], &numel, &final[i]))
+      ok = fail(err, err_size, "the gradient of %s is not an fp32 buffer on the GPU, which "
+                "distributed training reduces", t->ir->tensors[params[i]].name);
+  }
+  if (ok) {
+    t->dense = dense_sync_new_device(t->comm, t->ir, bucket, params, final, grads, np);
+    gpu_session_set_launch_hook(t->gpu, dist_gpu_launch_hook, t);
+  }
+  free(grads);
+  free(final);
+  return ok;
+}
+
 static bool dist_setup(Trainer *t, char *err, size_t err_size) {
   Comm *c = t->opt.comm;
   int world = comm_world(c);
-  if (t->opt.cuda)
-    return fail(err, err_size, "distributed training on GPUs (NCCL) is not built yet: this run "
-                "has %d ranks; train the CPU executor's ranks (--backend cpu), or one GPU "
-                "(docs/distributed.md)", world);
+  if (t->gpu && !trainer_gpu_world_check(t->ir, world, t->opt.dense_mode, err, err_size))
+    return false;
   if (t->B < world)
     return fail(err, err_size, "the global batch of %" PRId64 " examples is smaller than the "
                 "%d ranks: every rank needs at least one example (--batch)", t->B, world);
@@ -828,13 +884,17 @@ static bool dist_setup(Trainer *t, char *err, size_t err_size) {
     }
   }
   int64_t bucket = t->opt.bucket_bytes > 0 ? t->opt.bucket_bytes : DEFAULT_BUCKET_BYTES;
-  t->dense = dense_sync_new(c, t->ir, t->opt.dense_mode, bucket, params, np);
+  bool ok = true;
+  if (t->gpu) ok = dist_gpu_dense(t, params, np, bucket, err, err_size);
+  else t->dense = dense_sync_new(c, t->ir, t->opt.dense_mode, bucket, params, np);
   free(params);
+  if (!ok) return false;
+  // GPU ranks keep every table whole (in a world of one every placement is that).
   TablePlacement *all = NULL;
-  if (!t->opt.placement) all = xcalloc((size_t)t->ir->ntensors + 1, sizeof *all);
-  t->tables = table_sync_new(c, t->ir, &t->schema, t->opt.placement ? t->opt.placement : all);
+  if (!t->opt.placement || t->gpu) all = xcalloc((size_t)t->ir->ntensors + 1, sizeof *all);
+  t->tables = table_sync_new(c, t->ir, &t->schema, all ? all : t->opt.placement);
   free(all);
-  cpu_exec_set_backward_hook(t->x, dist_backward_hook, t);
+  if (!t->gpu) cpu_exec_set_backward_hook(t->x, dist_backward_hook, t);
   return true;
 }
 
@@ -869,8 +929,8 @@ static bool dist_gather(Trainer *t, const float *mine, float *all, const char *w
 
 // Task k's predictions and labels of the whole batch, into probs_all and labels_all.
 static bool dist_gather_probs(Trainer *t, int k, char *err, size_t err_size) {
-  return dist_gather(t, cpu_exec_task_probs(t->x, k), t->probs_all, "predictions", err,
-                     err_size) &&
+  const float *mine = t->gpu ? gpu_session_probs(t->gpu, k) : cpu_exec_task_probs(t->x, k);
+  return dist_gather(t, mine, t->probs_all, "predictions", err, err_size) &&
          dist_gather(t, t->local.values[t->label_feature[k]], t->labels_all, "labels", err,
                      err_size);
 }
@@ -913,8 +973,9 @@ static bool dist_batch_at(Trainer *t, int64_t first, bool eval, char *err, size_
 // share is cut, made (synthetic) or copied, the rows of sharded tables it reads are fetched,
 // and the global batch's mean loss is all-reduced into *loss. *share: this rank's examples
 // over B.
-static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double *share,
-                         char *err, size_t err_size) {
+// This rank's token-balanced share of the global batch of dist_batch_at(first), into t->local
+// (made, when synthetic, or copied); *share: its examples over B.
+static void dist_share(Trainer *t, int64_t stream_first, double *share) {
   int rank = comm_rank(t->comm), world = comm_world(t->comm);
   batch_split(&t->batch, world, t->split);
   int64_t first = t->split[rank], n = t->split[rank + 1] - first;
@@ -922,6 +983,20 @@ static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double 
   if (t->synth) synth_batch(t->synth, stream_first + first, &t->local);
   else batch_copy(&t->schema, &t->local, 0, &t->batch, first, n);
   *share = (double)n / (double)t->batch.B;
+}
+
+static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double *share,
+                         char *err, size_t err_size) {
+  dist_share(t, stream_first, share);
+  if (t->gpu) {  // an evaluation's forward pass
+    double l = NAN;
+    if (!gpu_session_set_batch(t->gpu, &t->local, err, err_size) ||
+        !gpu_session_launch(t->gpu, false, t->step, err, err_size) ||
+        !gpu_session_finish(t->gpu, &l, err, err_size))
+      return false;
+    *loss = *share * l;
+    return dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
+  }
   char reason[512];
   if (!table_sync_fetch(t->tables, t->x, &t->local, err, err_size)) return false;
   if (!cpu_exec_set_batch(t->x, &t->local, reason, sizeof reason))
@@ -930,7 +1005,92 @@ static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double 
   return dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
 }
 
+// The end of a distributed step on either backend: the loss history, the counters, the times.
+static void dist_step_done(Trainer *t, double l, double start, double comm_before,
+                           double tables_before) {
+  push_loss(t, l);
+  t->step++;
+  t->cursor += t->B;
+  double took = monotonic_seconds() - start;
+  t->dist_comm_s += table_sync_seconds(t->tables) - tables_before +
+                    dense_sync_wait_seconds(t->dense);
+  t->dist_compute_s += took - (t->dist_comm_s - comm_before);
+  t->grad_bytes_s += dense_sync_span_seconds(t->dense);
+  t->dist_steps++;
+  t->step_seconds += took;
+  t->timed_steps++;
+}
+
+// The training metrics of a step that updated: every rank's predictions and labels.
+static bool dist_metrics(Trainer *t, char *err, size_t err_size) {
+  for (int k = 0; k < t->ntasks; k++) {
+    if (!dist_gather_probs(t, k, err, err_size)) return false;
+    metrics_add(&t->window[k], t->probs_all, t->labels_all, t->B);
+    metrics_add(&t->tail[k], t->probs_all, t->labels_all, t->B);
+  }
+  return true;
+}
+
+// One step of a GPU rank. Forward and backward run on this rank's share; while the backward
+// is enqueued, each bucket of dense gradients starts its all-reduce on the comm stream as soon
+// as its last launch is (dist_gpu_launch_hook), so NCCL overlaps the rest of the backward.
+// Then the loss is summed over ranks, the buckets are waited for, and the divergence guard
+// looks at the loss and (--on-nan skip) at the reduced gradients, the same on every rank,
+// before the optimizer launches. As on one GPU, the tables were updated inside the backward.
+static bool dist_gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
+  double start = monotonic_seconds(), comm_before = t->dist_comm_s;
+  double tables_before = table_sync_seconds(t->tables);
+  comm_set_step(t->comm, t->step + 1);
+  comm_test_faults(t->comm);
+  if (!dist_batch_at(t, t->cursor, false, err, err_size)) return false;
+  double share, l = NAN;
+  dist_share(t, t->cursor, &share);
+  void *event = gpu_session_event(t->gpu, err, err_size);
+  if (!event || !gpu_session_set_batch(t->gpu, &t->local, err, err_size)) return false;
+  dense_sync_begin_device(t->dense, share, event);
+  if (!gpu_session_launch_grads(t->gpu, err, err_size) ||
+      !gpu_session_record(t->gpu, err, err_size))
+    return false;
+  t->flops += step_flops(t->ir, &t->local, true);  // while the GPU runs
+  t->global_flops += step_flops(t->ir, &t->batch, true);
+  if (!gpu_session_finish(t->gpu, &l, err, err_size)) return false;
+  l *= share;
+  if (!dist_allreduce(t, &l, 1, COMM_F64, "the loss", err, err_size) ||
+      !dense_sync_finish(t->dense, err, err_size))
+    return false;
+  if (test_nan(t)) l = NAN;
+  if (!isfinite(l)) {
+    if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
+    skip_update(t);
+  } else if (t->opt.on_nan_skip > 0) {
+    int tensor = -1, slot = -1;
+    int64_t nan = 0, inf = 0, values = 0;
+    if (!gpu_session_check_finite(t->gpu, true, &tensor, &slot, &nan, &inf, &values, err,
+                                  err_size))
+      return false;
+    if (tensor >= 0) {
+      char name[192];
+      snprintf(name, sizeof name, "grad:%s", t->ir->tensors[tensor].name);
+      if (!guard_step(t, name, nan, inf, values, err, err_size)) return false;
+      skip_update(t);
+    }
+  }
+  if (t->skipped) {
+    l = NAN;
+  } else {
+    t->skipped_in_row = 0;
+    double ignored;
+    if (!gpu_session_launch_update(t->gpu, t->step + 1, err, err_size) ||
+        !gpu_session_finish(t->gpu, &ignored, err, err_size) || !dist_metrics(t, err, err_size))
+      return false;
+  }
+  dist_step_done(t, l, start, comm_before, tables_before);
+  *loss = l;
+  return true;
+}
+
 static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
+  if (t->gpu) return dist_gpu_step(t, loss, err, err_size);
   Comm *c = t->comm;
   double start = monotonic_seconds(), comm_before = t->dist_comm_s;
   double tables_before = table_sync_seconds(t->tables);
@@ -968,25 +1128,10 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
     l = NAN;
   } else {
     t->skipped_in_row = 0;
-    if (!dist_apply(t, err, err_size)) return false;
-    for (int k = 0; k < t->ntasks; k++) {
-      if (!dist_gather_probs(t, k, err, err_size)) return false;
-      metrics_add(&t->window[k], t->probs_all, t->labels_all, t->B);
-      metrics_add(&t->tail[k], t->probs_all, t->labels_all, t->B);
-    }
+    if (!dist_apply(t, err, err_size) || !dist_metrics(t, err, err_size)) return false;
   }
-  push_loss(t, l);
-  t->step++;
-  t->cursor += t->B;
+  dist_step_done(t, l, start, comm_before, tables_before);
   *loss = l;
-  double took = monotonic_seconds() - start;
-  t->dist_comm_s += table_sync_seconds(t->tables) - tables_before +
-                    dense_sync_wait_seconds(t->dense);
-  t->dist_compute_s += took - (t->dist_comm_s - comm_before);
-  t->grad_bytes_s += dense_sync_span_seconds(t->dense);
-  t->dist_steps++;
-  t->step_seconds += took;
-  t->timed_steps++;
   return true;
 }
 
@@ -1051,6 +1196,7 @@ bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_si
 bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double start = monotonic_seconds();
   t->skipped = false;
+  if (t->comm) return dist_step(t, loss, err, err_size);
   if (t->gpu) {
     if (!(t->opt.on_nan_skip > 0 ? gpu_step_checked(t, loss, err, err_size)
                                  : gpu_step(t, loss, err, err_size)))
@@ -1065,7 +1211,6 @@ bool trainer_step(Trainer *t, double *loss, char *err, size_t err_size) {
     }
     return true;
   }
-  if (t->comm) return dist_step(t, loss, err, err_size);
   if (!next_training_batch(t, err, err_size) || !bind_batch(t, err, err_size)) return false;
   t->flops += step_flops(t->ir, &t->batch, true);
   double l = cpu_exec_forward(t->x);

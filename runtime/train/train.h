@@ -200,6 +200,11 @@ typedef struct DistSummary {
   char placement[1024];     // the tables' placement, one line each
 } DistSummary;
 bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size);
+// What GPU ranks (NCCL) cannot train yet, for a world of `world`: ZeRO dense modes, and with
+// several ranks a table that trains (its gradients cannot be merged across GPU ranks yet).
+// False with the reason; `gemc train` asks before the ranks meet.
+bool trainer_gpu_world_check(const Ir *ir, int world, DenseMode dense, char *err,
+                             size_t err_size);
 bool trainer_distributed(const Trainer *t);  // a world of more than one
 // The last failure was decided by every rank together (the divergence guard, the state check,
 // a checkpoint's save or read), so every rank stops at once of its own accord; any other

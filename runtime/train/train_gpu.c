@@ -36,6 +36,7 @@ struct GpuSession {
   int nkernels;
   double cold, warm;
   char device[256];
+  CUevent event;     // gpu_session_event
 };
 
 static char *plan_text(const Plan *p) {
@@ -222,6 +223,7 @@ bad:
 
 void gpu_session_close(GpuSession *s) {
   if (!s) return;
+  if (s->event) cuda_driver()->cuEventDestroy(s->event);
   gpu_exec_free(s->x);
   if (s->units) {
     for (int i = 0; s->own_sources && i < s->nunits; i++)
@@ -305,6 +307,30 @@ bool gpu_session_download_optstate(GpuSession *s, int tensor, OptimState *st, ch
 bool gpu_session_upload_optstate(GpuSession *s, int tensor, const OptimState *st, char *err,
                                  size_t err_size) {
   return gpu_exec_upload_optstate(s->x, tensor, st, err, err_size);
+}
+
+void gpu_session_set_launch_hook(GpuSession *s, GpuLaunchHook hook, void *ctx) {
+  gpu_exec_set_launch_hook(s->x, hook, ctx);
+}
+
+void *gpu_session_event(GpuSession *s, char *err, size_t err_size) {
+  if (!s->event && !CU_CHECK(cuda_driver()->cuEventCreate(&s->event, CU_EVENT_DISABLE_TIMING))) {
+    fail(err, err_size, "creating an event: %s", cuda_last_error());
+    s->event = NULL;
+  }
+  return s->event;
+}
+
+bool gpu_session_record(GpuSession *s, char *err, size_t err_size) {
+  return gpu_session_event(s, err, err_size) && gpu_exec_record(s->x, s->event, err, err_size);
+}
+
+bool gpu_session_grad(const GpuSession *s, int param, void **ptr, int64_t *numel,
+                      int *last_launch) {
+  CUdeviceptr p;
+  if (!gpu_exec_grad(s->x, param, &p, numel, last_launch)) return false;
+  *ptr = (void *)(uintptr_t)p;
+  return true;
 }
 
 const char *gpu_session_device(const GpuSession *s) { return s->device; }

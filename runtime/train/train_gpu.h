@@ -71,6 +71,16 @@ bool gpu_session_download_optstate(GpuSession *s, int tensor, OptimState *st, ch
 bool gpu_session_upload_optstate(GpuSession *s, int tensor, const OptimState *st, char *err,
                                  size_t err_size);
 
+// Distributed training (docs/distributed.md): the launch hook of gpu_exec_set_launch_hook, the
+// session's event for ordering collectives after compute (created on first use, recorded on
+// the compute stream by gpu_session_record), and a dense parameter's device gradient
+// (gpu_exec_grad).
+void gpu_session_set_launch_hook(GpuSession *s, GpuLaunchHook hook, void *ctx);
+void *gpu_session_event(GpuSession *s, char *err, size_t err_size);
+bool gpu_session_record(GpuSession *s, char *err, size_t err_size);
+bool gpu_session_grad(const GpuSession *s, int param, void **ptr, int64_t *numel,
+                      int *last_launch);
+
 // Facts for the banner and the summary.
 const char *gpu_session_device(const GpuSession *s);  // "NVIDIA H200 (sm_90a, 132 SMs)"
 const char *gpu_session_arch(const GpuSession *s);

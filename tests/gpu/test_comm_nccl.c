@@ -9,7 +9,9 @@
 //   - broadcast from the last rank;
 //   - all-to-all with per-peer counts, in fp64 and int64;
 //   - an all-reduce ordered after a compute-stream event, and a compute stream ordered after
-//     its end (comm_done_event).
+//     its end (comm_done_event);
+//   - host buffers staged through the device (all-reduce, all-gather, broadcast, all-to-all);
+//   - a grouped in-place all-reduce of several buffers, scaled per rank (PreMulSum).
 // Then it times a 256 MiB all-reduce and a 256 MiB all-to-all (bus bandwidth, printed: the
 // numbers issue 13 compares with nccl-tests on hosts of several GPUs). Prints PASS or FAIL per
 // case; the exit status counts the failures (tests/gpu/run.sh runs it alone, through `gemc
@@ -49,8 +51,10 @@ static void download(void *host, CUdeviceptr p, size_t bytes) {
   if (bytes) d->cuMemcpyDtoH(host, p, bytes);
 }
 
+// On device buffers (the host-staged path has its own tests below).
 static bool run(CommCall *call) {
   char err[512];
+  call->device = true;
   bool ok = comm_run(comm, call, err, sizeof err);
   if (!ok) fprintf(stderr, "rank %d: %s\n", rank, err);
   return ok;
@@ -186,7 +190,7 @@ static void test_ordering(void) {
   char err[512];
   CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .send = (void *)buf,
                    .recv = (void *)buf, .count = N, .wait_for = written,
-                   .what = "test ordering"};
+                   .what = "test ordering", .device = true};
   int hnd = comm_start(comm, &call, err, sizeof err);
   bool ok = hnd >= 0;
   void *done = ok ? comm_done_event(comm, hnd) : NULL;
@@ -205,6 +209,77 @@ static void test_ordering(void) {
   d->cuMemFree(copy);
   free(h);
   free(out);
+}
+
+// Host buffers, staged through the device by the backend: an fp64 all-reduce in place, an
+// int64 all-gather with unequal counts, a broadcast, and an all-to-all (every staging shape).
+static void test_host_staged(void) {
+  char err[512];
+  double v[3] = {1.5 * (rank + 1), -2.0, (double)rank};
+  CommCall ar = {.kind = COMM_ALLREDUCE, .dtype = COMM_F64, .send = v, .recv = v, .count = 3,
+                 .what = "host all-reduce"};
+  bool ok = comm_run(comm, &ar, err, sizeof err);
+  double tri = 0.5 * world * (world - 1);
+  ok = ok && v[0] == 1.5 * (tri + world) && v[1] == -2.0 * world && v[2] == tri;
+  check(ok, "all-reduce of host fp64 values, staged through the device");
+  int64_t *counts = calloc((size_t)world, sizeof *counts), total = 0;
+  for (int r = 0; r < world; r++) total += counts[r] = r + 2;
+  int64_t *mine = calloc((size_t)rank + 2, sizeof *mine), *all = calloc((size_t)total, 8);
+  for (int i = 0; i < rank + 2; i++) mine[i] = 100 * rank + i;
+  CommCall ag = {.kind = COMM_ALLGATHER, .dtype = COMM_I64, .send = mine, .recv = all,
+                 .counts = counts, .what = "host all-gather"};
+  ok = comm_run(comm, &ag, err, sizeof err);
+  for (int r = 0, at = 0; ok && r < world; r++)
+    for (int i = 0; i < r + 2; i++) ok = all[at++] == 100 * r + i;
+  check(ok, "all-gather of host int64 values, counts r + 2");
+  float b[4] = {0, 0, 0, 0};
+  if (rank == world - 1) b[0] = 7, b[3] = -1;
+  CommCall bc = {.kind = COMM_BROADCAST, .dtype = COMM_F32, .recv = b, .count = 4,
+                 .root = world - 1, .what = "host broadcast"};
+  ok = comm_run(comm, &bc, err, sizeof err) && b[0] == 7 && b[3] == -1 && b[1] == 0;
+  check(ok, "broadcast of host values from the last rank");
+  int64_t *sc = calloc((size_t)world, 8), *rc = calloc((size_t)world, 8);
+  for (int r = 0; r < world; r++) sc[r] = 1, rc[r] = 1;
+  float *sv = calloc((size_t)world, 4), *rv = calloc((size_t)world, 4);
+  for (int r = 0; r < world; r++) sv[r] = (float)(10 * rank + r);
+  CommCall aa = {.kind = COMM_ALLTOALL, .dtype = COMM_F32, .send = sv, .recv = rv,
+                 .send_counts = sc, .recv_counts = rc, .what = "host all-to-all"};
+  ok = comm_run(comm, &aa, err, sizeof err);
+  for (int r = 0; ok && r < world; r++) ok = rv[r] == (float)(10 * r + rank);
+  check(ok, "all-to-all of host values");
+  if (!ok) fprintf(stderr, "rank %d: %s\n", rank, err);
+  free(counts), free(mine), free(all), free(sc), free(rc), free(sv), free(rv);
+}
+
+// The trainer's dense buckets: several device buffers all-reduced in place in one grouped
+// call, each rank's values scaled by its share (PreMulSum) before the sum.
+static void test_grouped_scaled(void) {
+  enum { NB = 3 };
+  int64_t counts[NB] = {1000, 1, 4097};
+  void *bufs[NB];
+  float *h[NB];
+  for (int j = 0; j < NB; j++) {
+    h[j] = calloc((size_t)counts[j], sizeof *h[j]);
+    for (int64_t i = 0; i < counts[j]; i++) h[j][i] = (float)(i % 64 + j);
+    bufs[j] = (void *)upload(h[j], (size_t)counts[j] * 4);
+  }
+  // Scales 0.25 (rank + 1): powers of two times small integers, so every sum is exact.
+  CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .nbufs = NB, .bufs = bufs,
+                   .buf_counts = counts, .scale = 0.25f * (float)(rank + 1),
+                   .what = "test grouped buckets"};
+  bool ok = run(&call);
+  float factor = 0.25f * (float)world * (float)(world + 1) / 2;
+  for (int j = 0; j < NB && ok; j++) {
+    float *out = calloc((size_t)counts[j], sizeof *out);
+    download(out, (CUdeviceptr)bufs[j], (size_t)counts[j] * 4);
+    for (int64_t i = 0; ok && i < counts[j]; i++) ok = out[i] == h[j][i] * factor;
+    free(out);
+  }
+  check(ok, "grouped in-place all-reduce of 3 buffers scaled by 0.25 (rank + 1)");
+  for (int j = 0; j < NB; j++) {
+    d->cuMemFree((CUdeviceptr)bufs[j]);
+    free(h[j]);
+  }
 }
 
 static double now_s(void) {
@@ -284,6 +359,8 @@ int main(void) {
   test_broadcast();
   test_alltoall();
   test_ordering();
+  test_host_staged();
+  test_grouped_scaled();
   bandwidth();
   alltoall_bandwidth();
   comm_close(comm);
