@@ -43,10 +43,12 @@ typedef struct TrainCli {
   const char *dense, *shard;  // --dense, --shard (distributed)
   double bucket_mb;           // --bucket-mb; 0: the default
   double comm_timeout;        // --comm-timeout seconds
+  const char *cta_policy;     // --nccl-cta-policy (GPU ranks)
+  int64_t max_ctas;           // --nccl-max-ctas (GPU ranks); 0: NCCL's choice
   TrainOptions opt;
 } TrainCli;
 
-enum { DEFAULT_COMM_TIMEOUT_S = 300, MAX_BUCKET_MB = 4096 };
+enum { DEFAULT_COMM_TIMEOUT_S = 300, MAX_BUCKET_MB = 4096, MAX_NCCL_CTAS = 64 };
 
 // The world this process trains in (train_world.h): rank 0 alone prints and writes.
 static TrainWorld world;
@@ -60,7 +62,7 @@ static const char train_usage[] =
     "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n"
     "                  [--on-nan stop|skip|skip=N] [--no-tune] [--profile[=N]]\n"
     "                  [--dense data-parallel|zero1|zero2] [--shard SPEC] [--bucket-mb X]\n"
-    "                  [--comm-timeout S]\n";
+    "                  [--comm-timeout S] [--nccl-cta-policy P] [--nccl-max-ctas N]\n";
 
 static void print_train_help(FILE *out) {
   fprintf(out,
@@ -103,6 +105,9 @@ static void print_train_help(FILE *out) {
           "  --bucket-mb X      dense gradients are reduced in buckets of X MiB (default 25)\n"
           "  --comm-timeout S   a collective not done in S seconds aborts every rank\n"
           "                     (default 300)\n"
+          "  --nccl-cta-policy P  GPU ranks: the SMs NCCL's kernels take: default (NCCL's\n"
+          "                     choice), bandwidth, efficiency, or zero (copy engines)\n"
+          "  --nccl-max-ctas N  GPU ranks: at most N CTAs (SMs) per NCCL collective\n"
           "optimizer overrides (the model's values otherwise):\n"
           "  --lr X, --beta1 X, --beta2 X, --eps X, --weight-decay X   dense parameters\n"
           "  --table-lr X, --table-eps X                               every table\n"
@@ -204,6 +209,20 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
     if (got < 0 || !cli_parse_real("--comm-timeout", v, r, &c->comm_timeout, msg, sizeof msg))
       return (usage(err, "--comm-timeout needs seconds in %s", cli_real_range(r, range,
                                                                          sizeof range)), -1);
+    return 1;
+  }
+  if ((got = cli_option_value(argc, argv, i, "--nccl-cta-policy", &v)) != 0) {
+    CommCtaPolicy p;
+    if (got < 0 || !comm_cta_policy_parse(v, &p))
+      return (usage(err, "--nccl-cta-policy needs default, bandwidth, efficiency or zero, got "
+                    "'%s'", got < 0 ? "" : v), -1);
+    c->cta_policy = v;
+    return 1;
+  }
+  if ((got = cli_option_value(argc, argv, i, "--nccl-max-ctas", &v)) != 0) {
+    if (got < 0 || !cli_parse_count("--nccl-max-ctas", v, 1, MAX_NCCL_CTAS, &c->max_ctas, msg,
+                                    sizeof msg))
+      return (usage(err, "--nccl-max-ctas needs a count in [1, %d]", MAX_NCCL_CTAS), -1);
     return 1;
   }
   if ((got = cli_option_value(argc, argv, i, "--dense", &v)) != 0) {
@@ -586,6 +605,9 @@ int cmd_train(const CliOptions *o) {
 
   char reason[160];
   if (!choose_backend(&c, reason, sizeof reason)) return GEMC_EXIT_USER_ERROR;
+  if ((c.cta_policy || c.max_ctas) && (!c.opt.cuda || world.env.launcher == LAUNCHER_NONE))
+    fprintf(stderr, "gemc: warning: --nccl-cta-policy and --nccl-max-ctas only matter for GPU "
+            "ranks that a launcher started (gemc launch, torchrun; docs/distributed.md)\n");
   // CPU ranks meet now; GPU ranks once the model shows that they can train it.
   if (!c.opt.cuda && !train_world_join(&world, false, c.comm_timeout))
     return GEMC_EXIT_USER_ERROR;
@@ -628,6 +650,8 @@ int cmd_train(const CliOptions *o) {
     loaded_model_free(&m);
     return train_world_leave(&world, GEMC_EXIT_USAGE, false);
   }
+  if (c.cta_policy) comm_cta_policy_parse(c.cta_policy, &world.nccl_cta_policy);
+  world.nccl_max_ctas = (int)c.max_ctas;
   if (c.opt.cuda && !train_world_join(&world, true, c.comm_timeout)) {
     loaded_model_free(&m);
     return train_world_leave(&world, GEMC_EXIT_USER_ERROR, false);

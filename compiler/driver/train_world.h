@@ -21,6 +21,8 @@ typedef struct TrainWorld {
   char prefix[32];           // "rank 1: " in a world of several, else ""
   CudaContext ctx;           // GPU ranks: device LOCAL_RANK, current while NCCL runs
   bool ctx_open;
+  CommCtaPolicy nccl_cta_policy;  // GPU ranks: --nccl-cta-policy, --nccl-max-ctas
+  int nccl_max_ctas;
 } TrainWorld;
 
 // Reads the launcher's environment. False (message printed) when it is malformed.

@@ -16,6 +16,26 @@
 
 size_t comm_dtype_size(CommDtype d) { return d == COMM_F32 ? 4 : 8; }
 
+const char *comm_cta_policy_name(CommCtaPolicy p) {
+  switch (p) {
+    case COMM_CTA_BANDWIDTH: return "bandwidth";
+    case COMM_CTA_EFFICIENCY: return "efficiency";
+    case COMM_CTA_ZERO: return "zero";
+    default: return "default";
+  }
+}
+
+bool comm_cta_policy_parse(const char *s, CommCtaPolicy *out) {
+  static const CommCtaPolicy all[] = {COMM_CTA_DEFAULT, COMM_CTA_BANDWIDTH, COMM_CTA_EFFICIENCY,
+                                      COMM_CTA_ZERO};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (strcmp(s, comm_cta_policy_name(all[i])) == 0) {
+      *out = all[i];
+      return true;
+    }
+  return false;
+}
+
 static const char *kind_name(CommKind k) {
   switch (k) {
     case COMM_ALLREDUCE: return "all-reduce";

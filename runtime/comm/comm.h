@@ -62,10 +62,23 @@ typedef struct CommCall {
 
 // What NCCL needs to meet: where rank 0 listens (the launcher's MASTER_ADDR and MASTER_PORT)
 // and this rank's device, whose CUDA context must be current on the calling thread.
+// nccl_cta_policy and nccl_max_ctas go to ncclCommInitRankConfig: how many SMs NCCL's
+// kernels may take from compute (docs/distributed.md).
+typedef enum CommCtaPolicy {
+  COMM_CTA_DEFAULT,     // NCCL's own choice (NCCL_CTA_POLICY env, else its default)
+  COMM_CTA_BANDWIDTH,   // NCCL_CTA_POLICY_DEFAULT: as many CTAs as bandwidth wants
+  COMM_CTA_EFFICIENCY,  // NCCL_CTA_POLICY_EFFICIENCY: fewer CTAs for about the same bandwidth
+  COMM_CTA_ZERO,        // NCCL_CTA_POLICY_ZERO: copy engines where NCCL can (no SMs)
+} CommCtaPolicy;
+const char *comm_cta_policy_name(CommCtaPolicy p);  // "default", "bandwidth", ...
+bool comm_cta_policy_parse(const char *s, CommCtaPolicy *out);
+
 typedef struct CommInit {
   const char *master_addr;
   int master_port;
   int device;
+  CommCtaPolicy nccl_cta_policy;
+  int nccl_max_ctas;        // 0: NCCL's own choice
 } CommInit;
 
 typedef struct Comm Comm;

@@ -16,12 +16,15 @@
 //     enqueued); grouped ones enqueue one all-reduce per buffer inside one group.
 //   - A timeout aborts the communicator (ncclCommAbort) before the job ends.
 #include <dlfcn.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "checked.h"
+#include "clock.h"
 #include "comm_internal.h"
 #include "cuda_driver.h"
 #include "rendezvous.h"
@@ -30,6 +33,19 @@ typedef int NcclResult;  // ncclSuccess == 0, ncclInProgress == 7
 enum { NCCL_SUCCESS = 0, NCCL_IN_PROGRESS = 7, NCCL_INT64 = 4, NCCL_FLOAT32 = 7,
        NCCL_FLOAT64 = 8, NCCL_SUM = 0, NCCL_ID_BYTES = 128, NCCL_SCALAR_HOST_IMMEDIATE = 1 };
 typedef struct NcclComm *NcclCommHandle;
+// ncclConfig_t as NCCL 2.28's nccl.h lays it out (size, magic and version let an older NCCL
+// read the fields it knows). NCCL_CONFIG_UNDEF_INT (INT_MIN) leaves a field to NCCL.
+typedef struct NcclConfig {
+  size_t size;
+  unsigned magic, version;
+  int blocking, cga_cluster_size, min_ctas, max_ctas;
+  const char *net_name;
+  int split_share, traffic_class;
+  const char *comm_name;
+  int collnet_enable, cta_policy, shrink_share, nvls_ctas, channels_per_net_peer;
+  int nvlink_centric_sched;
+} NcclConfig;
+enum { NCCL_CONFIG_MAGIC = 0xcafebeef, NCCL_CONFIG_VERSION = 22800 };
 typedef struct NcclId {
   char internal[NCCL_ID_BYTES];
 } NcclId;
@@ -43,6 +59,7 @@ typedef struct Nccl {
   NcclResult (*GetVersion)(int *);
   NcclResult (*GetUniqueId)(NcclId *);
   NcclResult (*CommInitRank)(NcclCommHandle *, int, NcclId, int);
+  NcclResult (*CommInitRankConfig)(NcclCommHandle *, int, NcclId, int, NcclConfig *);
   NcclResult (*CommDestroy)(NcclCommHandle);
   NcclResult (*CommAbort)(NcclCommHandle);
   NcclResult (*CommGetAsyncError)(NcclCommHandle, NcclResult *);
@@ -76,6 +93,7 @@ static bool load(Nccl *n, char *err, size_t err_size) {
       {"ncclGetVersion", (void **)&n->GetVersion},
       {"ncclGetUniqueId", (void **)&n->GetUniqueId},
       {"ncclCommInitRank", (void **)&n->CommInitRank},
+      {"ncclCommInitRankConfig", (void **)&n->CommInitRankConfig},
       {"ncclCommDestroy", (void **)&n->CommDestroy},
       {"ncclCommAbort", (void **)&n->CommAbort},
       {"ncclCommGetAsyncError", (void **)&n->CommGetAsyncError},
@@ -114,6 +132,55 @@ static bool cu_ok(CUresult rc, const char *what, char *err, size_t err_size) {
   return fail(err, err_size, "%s failed: %s", what, name);
 }
 
+// Waits for a non-blocking communicator's call to settle, against the comm's timeout: the
+// init, and any call that returned ncclInProgress. A timeout aborts the communicator.
+static NcclResult settle(Comm *c, Nccl *n, NcclResult rc, const char *what, char *err,
+                         size_t err_size) {
+  double deadline = monotonic_seconds() + c->timeout_s;
+  while (rc == NCCL_IN_PROGRESS) {
+    NcclResult async = NCCL_IN_PROGRESS, q = n->CommGetAsyncError(n->comm, &async);
+    rc = q != NCCL_SUCCESS ? q : async;
+    if (rc != NCCL_IN_PROGRESS) break;
+    if (monotonic_seconds() > deadline) {
+      fail(err, err_size, "%s did not finish within %g s (--comm-timeout): a rank is missing "
+           "or stalled", what, c->timeout_s);
+      n->CommAbort(n->comm);
+      n->comm = NULL;
+      return NCCL_IN_PROGRESS;
+    }
+    struct timespec nap = {0, 200000};
+    nanosleep(&nap, NULL);
+  }
+  return rc;
+}
+
+// ncclCommInitRankConfig, non-blocking so that a rank that never comes cannot hold the others
+// past --comm-timeout, with the SM limits of CommInit.
+static bool init_comm(Comm *c, Nccl *n, const NcclId *id, char *err, size_t err_size) {
+  const int undef = INT_MIN;
+  NcclConfig cfg = {.size = sizeof cfg, .magic = NCCL_CONFIG_MAGIC,
+                    .version = NCCL_CONFIG_VERSION, .blocking = 0, .cga_cluster_size = undef,
+                    .min_ctas = undef, .max_ctas = undef, .split_share = undef,
+                    .traffic_class = undef, .collnet_enable = undef, .cta_policy = undef,
+                    .shrink_share = undef, .nvls_ctas = undef, .channels_per_net_peer = undef,
+                    .nvlink_centric_sched = undef};
+  // NCCL_CTA_POLICY_DEFAULT, _EFFICIENCY and _ZERO are 0, 1 and 2.
+  if (c->init.nccl_cta_policy != COMM_CTA_DEFAULT)
+    cfg.cta_policy = (int)c->init.nccl_cta_policy - (int)COMM_CTA_BANDWIDTH;
+  if (c->init.nccl_max_ctas > 0) {
+    cfg.max_ctas = c->init.nccl_max_ctas;
+    cfg.min_ctas = 1;
+  }
+  if (c->init.nccl_cta_policy == COMM_CTA_ZERO && n->version < 22700)
+    return fail(err, err_size, "--nccl-cta-policy zero needs NCCL 2.27 or later; this is %d.%d",
+                n->version / 10000, n->version / 100 % 100);
+  NcclResult rc = n->CommInitRankConfig(&n->comm, c->world, *id, c->rank, &cfg);
+  if (rc == NCCL_IN_PROGRESS)
+    rc = settle(c, n, rc, "NCCL's initialization (ncclCommInitRankConfig)", err, err_size);
+  if (rc == NCCL_IN_PROGRESS) return false;  // timed out, err says so
+  return nccl_ok(n, rc, "ncclCommInitRankConfig", err, err_size);
+}
+
 static bool nccl_open(Comm *c, char *err, size_t err_size) {
   Nccl *n = xcalloc(1, sizeof *n);
   c->impl = n;
@@ -133,10 +200,8 @@ static bool nccl_open(Comm *c, char *err, size_t err_size) {
   if (!rendezvous_share(c->init.master_addr, c->init.master_port, c->rank, c->world, &id,
                         sizeof id, c->timeout_s, err, err_size))
     return false;
-  return nccl_ok(n, n->CommInitRank(&n->comm, c->world, id, c->rank), "ncclCommInitRank", err,
-                 err_size);
+  return init_comm(c, n, &id, err, err_size);
 }
-
 static int nccl_dtype(CommDtype d) {
   return d == COMM_F32 ? NCCL_FLOAT32 : d == COMM_F64 ? NCCL_FLOAT64 : NCCL_INT64;
 }
@@ -300,7 +365,11 @@ static bool nccl_start(Comm *c, CommReq *r, char *err, size_t err_size) {
     return false;
   if (!test_hang(c, n, err, err_size)) return false;
   if (!k->device && !stage_in(c, r, k, err, err_size)) return false;
-  if (!nccl_ok(n, enqueue(c, n, k), "an NCCL collective", err, err_size)) return false;
+  // A non-blocking communicator may answer ncclInProgress: the collective is on the stream
+  // once that settles.
+  NcclResult rc = settle(c, n, enqueue(c, n, k), "enqueuing an NCCL collective", err, err_size);
+  if (rc == NCCL_IN_PROGRESS) return false;
+  if (!nccl_ok(n, rc, "an NCCL collective", err, err_size)) return false;
   CUevent e = NULL;
   if (!cu_ok(d->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), "cuEventCreate", err, err_size))
     return false;

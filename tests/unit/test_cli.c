@@ -356,6 +356,18 @@ static void test_cli_driver_launch_usage_errors(void **state) {
   assert_int_equal(r->rc, 2);
   r = run_gemc("train valid.gem --bucket-mb -1");
   assert_int_equal(r->rc, 2);
+  r = run_gemc("train valid.gem --nccl-cta-policy fast");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "--nccl-cta-policy needs default, bandwidth, efficiency or "
+                                 "zero, got 'fast'"));
+  r = run_gemc("train valid.gem --nccl-max-ctas 0");
+  assert_int_equal(r->rc, 2);
+  assert_non_null(strstr(r->err, "--nccl-max-ctas needs a count in [1, 64]"));
+  // On the CPU, without a launcher, the NCCL options change nothing: said, then trained.
+  r = shell_run(tmp_dir, "'%s' train '%s' --backend cpu --steps 1 -q --nccl-cta-policy zero",
+                gemc_path, tiny);
+  assert_int_equal(r->rc, 0);
+  assert_non_null(strstr(r->err, "only matter for GPU ranks"));
   r = shell_run(tmp_dir, "'%s' train '%s' --backend cpu --steps 1 --shard clicks=row", gemc_path,
                 tiny);
   assert_int_equal(r->rc, 2);

@@ -163,6 +163,41 @@ static void test_option_names(void **state) {
   assert_true(table_placement_parse("auto", &p) && p == PLACE_AUTO);
   assert_false(table_placement_parse("column", &p));
   assert_string_equal(table_placement_name(PLACE_TABLE), "table");
+  CommCtaPolicy c;
+  assert_true(comm_cta_policy_parse("zero", &c) && c == COMM_CTA_ZERO);
+  assert_true(comm_cta_policy_parse("default", &c) && c == COMM_CTA_DEFAULT);
+  assert_false(comm_cta_policy_parse("none", &c));
+  assert_string_equal(comm_cta_policy_name(COMM_CTA_EFFICIENCY), "efficiency");
+  CommInit zeroed = {0};
+  assert_int_equal(zeroed.nccl_cta_policy, COMM_CTA_DEFAULT);  // unset means NCCL's choice
+}
+
+// The GPU ranks' calls (device buffers, PreMulSum scales, grouped buffers) are NCCL's alone:
+// a host backend refuses them rather than read device pointers or drop the scale.
+static void test_device_calls_need_nccl(void **state) {
+  (void)state;
+  char err[256];
+  Comm *c = comm_open(COMM_SELF, 0, 1, 10, NULL, err, sizeof err);
+  assert_non_null(c);
+  float v[2] = {1, 2};
+  void *bufs[1] = {v};
+  int64_t counts[1] = {2};
+  CommCall scaled = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .send = v, .recv = v,
+                     .count = 2, .scale = 0.5f, .what = "scaled"};
+  assert_int_equal(comm_start(c, &scaled, err, sizeof err), -1);
+  assert_non_null(strstr(err, "needs NCCL"));
+  CommCall grouped = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .nbufs = 1, .bufs = bufs,
+                      .buf_counts = counts, .device = true, .what = "grouped"};
+  assert_int_equal(comm_start(c, &grouped, err, sizeof err), -1);
+  CommCall device = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .send = v, .recv = v,
+                     .count = 2, .device = true, .what = "device"};
+  assert_int_equal(comm_start(c, &device, err, sizeof err), -1);
+  assert_non_null(strstr(err, "device buffers (device) on the self backend"));
+  CommCall host = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .send = v, .recv = v, .count = 2,
+                   .what = "host"};
+  assert_true(comm_run(c, &host, err, sizeof err));
+  assert_true(v[0] == 1 && v[1] == 2);
+  comm_close(c);
 }
 
 int main(void) {
@@ -172,6 +207,7 @@ int main(void) {
       cmocka_unit_test(test_optim_part_equals_whole),
       cmocka_unit_test(test_comm_self),
       cmocka_unit_test(test_option_names),
+      cmocka_unit_test(test_device_calls_need_nccl),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
