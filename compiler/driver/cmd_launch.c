@@ -240,6 +240,13 @@ static int via_env(const LaunchCli *c, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   fflush(stdout);
   fflush(stderr);
+  // One node's ranks are this launch's alone: a job id of its own keeps another job on the
+  // same MASTER_PORT out of the rendezvous (several nodes share whatever id the user set).
+  if (c->nnodes == 1 && !getenv("GEMC_JOB_ID")) {
+    char id[64];
+    snprintf(id, sizeof id, "launch-%ld-%ld", (long)getpid(), (long)time(NULL));
+    setenv("GEMC_JOB_ID", id, 1);
+  }
   for (int i = 0; i < nchildren; i++) {
     pid_t pid = fork();
     if (pid < 0) {

@@ -47,7 +47,7 @@ static bool join_gpus(TrainWorld *w, double timeout_s) {
   w->ctx_open = true;
   CommInit init = {.master_addr = w->env.master_addr, .master_port = w->env.master_port,
                    .device = w->env.local_rank, .nccl_cta_policy = w->nccl_cta_policy,
-                   .nccl_max_ctas = w->nccl_max_ctas};
+                   .nccl_max_ctas = w->nccl_max_ctas, .job = w->env.job};
   w->comm = comm_open(COMM_NCCL, w->env.rank, w->env.world, timeout_s, &init, err,
                       sizeof err);
   if (!w->comm) {

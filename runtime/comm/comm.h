@@ -79,6 +79,7 @@ typedef struct CommInit {
   int device;
   CommCtaPolicy nccl_cta_policy;
   int nccl_max_ctas;        // 0: NCCL's own choice
+  uint64_t job;             // the rendezvous's job token (RankEnv.job)
 } CommInit;
 
 typedef struct Comm Comm;

@@ -197,7 +197,8 @@ static bool nccl_open(Comm *c, char *err, size_t err_size) {
   memset(&id, 0, sizeof id);
   if (c->rank == 0 && !nccl_ok(n, n->GetUniqueId(&id), "ncclGetUniqueId", err, err_size))
     return false;
-  if (!rendezvous_share(c->init.master_addr, c->init.master_port, c->rank, c->world, &id,
+  if (!rendezvous_share(c->init.master_addr, c->init.master_port, c->rank, c->world,
+                        c->init.job, &id,
                         sizeof id, c->timeout_s, err, err_size))
     return false;
   return init_comm(c, n, &id, err, err_size);

@@ -85,6 +85,24 @@ static bool read_triple(const char *rank_var, const char *world_var, const char 
   return true;
 }
 
+// FNV-1a of the job's id, so that two jobs on one MASTER_PORT do not meet.
+static uint64_t job_token(EnvGet get, void *ctx) {
+  char id[512] = "";
+  const char *v = get("GEMC_JOB_ID", ctx);
+  if (!v || !*v) v = get("TORCHELASTIC_RUN_ID", ctx);
+  if (v && *v) {
+    snprintf(id, sizeof id, "%s", v);
+  } else if ((v = get("SLURM_JOB_ID", ctx)) && *v) {
+    const char *step = get("SLURM_STEP_ID", ctx);
+    snprintf(id, sizeof id, "slurm %s.%s", v, step ? step : "");
+  } else {
+    return 0;
+  }
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (const char *p = id; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ull;
+  return h ? h : 1;
+}
+
 bool rank_env_read(RankEnv *e, EnvGet get, void *ctx, char *err, size_t err_size) {
   memset(e, 0, sizeof *e);
   e->world = 1;
@@ -126,5 +144,6 @@ bool rank_env_read(RankEnv *e, EnvGet get, void *ctx, char *err, size_t err_size
   }
   if (port && !parse_int("MASTER_PORT", port, 1, 65535, &e->master_port, err, err_size))
     return false;
+  e->job = job_token(get, ctx);
   return true;
 }

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef enum RankLauncher {
   LAUNCHER_NONE,      // a single process started by hand
@@ -25,6 +26,9 @@ typedef struct RankEnv {
   int rank, world, local_rank;
   char master_addr[256];  // "" when the launcher gave none
   int master_port;        // 0 when the launcher gave none
+  uint64_t job;           // a hash of the job's id (GEMC_JOB_ID, else torchrun's
+                          // TORCHELASTIC_RUN_ID, else Slurm's SLURM_JOB_ID.SLURM_STEP_ID);
+                          // 0 when none is set. The rendezvous meets only its own job.
 } RankEnv;
 
 // The environment as `get(name, ctx)` returns it (NULL: unset); getenv through a wrapper in

@@ -1,5 +1,6 @@
-// rendezvous.c: the TCP exchange of rendezvous.h. A peer's hello is 12 bytes: "gemc", its
-// rank and the world size (little-endian 32-bit); rank 0 answers with the blob.
+// rendezvous.c: the TCP exchange of rendezvous.h. A peer's hello is 20 bytes: "gemc", its
+// rank and the world size (little-endian 32-bit), and its job token (little-endian 64-bit);
+// rank 0 answers with the blob.
 #include "rendezvous.h"
 
 #include <errno.h>
@@ -65,8 +66,10 @@ static bool resolve(const char *addr, int port, bool passive, struct addrinfo **
   return true;
 }
 
-static bool serve(int port, const char *addr, int world, void *blob, size_t size,
-                  double deadline, double timeout_s, char *err, size_t err_size) {
+enum { HELLO_BYTES = 20 };
+
+static bool serve(int port, const char *addr, int world, uint64_t job, void *blob,
+                  size_t size, double deadline, double timeout_s, char *err, size_t err_size) {
   struct addrinfo *ai;
   if (!resolve(addr, port, true, &ai, err, err_size)) return false;
   int fd = -1;
@@ -105,12 +108,16 @@ static bool serve(int port, const char *addr, int world, void *blob, size_t size
     }
     int peer = accept(fd, NULL, NULL);
     if (peer < 0) continue;
-    unsigned char hello[12];
+    unsigned char hello[HELLO_BYTES];
     double hello_by = monotonic_seconds() + HELLO_S < deadline ? monotonic_seconds() + HELLO_S : deadline;
     bool good = move_all(peer, hello, sizeof hello, false, hello_by) &&
                 memcmp(hello, "gemc", 4) == 0;
     int r = good ? (int)get32(hello + 4) : -1, w = good ? (int)get32(hello + 8) : -1;
-    if (good && (w != world || r <= 0 || r >= world || came[r])) {
+    uint64_t their = good ? get32(hello + 12) | (uint64_t)get32(hello + 16) << 32 : 0;
+    if (good && their != job) {
+      fprintf(stderr, "gemc: note: rendezvous: a peer of another job (rank %d of %d) reached "
+              "port %d; turned away\n", r, w, port);
+    } else if (good && (w != world || r <= 0 || r >= world || came[r])) {
       ok = fail(err, err_size, "rendezvous: a peer says rank %d of %d; this world has %d ranks%s",
                 r, w, world, r > 0 && r < world && came[r] ? " and that rank came already" : "");
     } else if (good && move_all(peer, blob, size, true, deadline)) {
@@ -140,8 +147,8 @@ static bool connect_by(int fd, const struct addrinfo *a, double deadline) {
   return ok && fcntl(fd, F_SETFL, flags) == 0;
 }
 
-static bool join(const char *addr, int port, int rank, int world, void *blob, size_t size,
-                 double deadline, double timeout_s, char *err, size_t err_size) {
+static bool join(const char *addr, int port, int rank, int world, uint64_t job, void *blob,
+                 size_t size, double deadline, double timeout_s, char *err, size_t err_size) {
   // Rank 0 may not listen yet: try again until the deadline.
   for (;;) {
     struct addrinfo *ai;
@@ -156,10 +163,12 @@ static bool join(const char *addr, int port, int rank, int world, void *blob, si
     }
     freeaddrinfo(ai);
     if (fd >= 0) {
-      unsigned char hello[12];
+      unsigned char hello[HELLO_BYTES];
       memcpy(hello, "gemc", 4);
       put32(hello + 4, (uint32_t)rank);
       put32(hello + 8, (uint32_t)world);
+      put32(hello + 12, (uint32_t)job);
+      put32(hello + 16, (uint32_t)(job >> 32));
       // Connected: rank 0 answers or the rendezvous fails (no second try, which rank 0
       // would take for a duplicate rank).
       bool ok = move_all(fd, hello, sizeof hello, true, deadline) &&
@@ -178,14 +187,15 @@ static bool join(const char *addr, int port, int rank, int world, void *blob, si
   }
 }
 
-bool rendezvous_share(const char *addr, int port, int rank, int world, void *blob, size_t size,
-                      double timeout_s, char *err, size_t err_size) {
+bool rendezvous_share(const char *addr, int port, int rank, int world, uint64_t job, void *blob,
+                      size_t size, double timeout_s, char *err, size_t err_size) {
   if (world <= 1) return true;
   if (!addr || !*addr || port <= 0)
     return fail(err, err_size, "rendezvous: %d ranks need MASTER_ADDR and MASTER_PORT (torchrun "
                 "and gemc launch set them)", world);
   double deadline = monotonic_seconds() + timeout_s;
-  return rank == 0 ? serve(port, addr, world, blob, size, deadline, timeout_s, err, err_size)
-                   : join(addr, port, rank, world, blob, size, deadline, timeout_s, err,
+  return rank == 0 ? serve(port, addr, world, job, blob, size, deadline, timeout_s, err,
+                           err_size)
+                   : join(addr, port, rank, world, job, blob, size, deadline, timeout_s, err,
                           err_size);
 }

@@ -8,11 +8,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 // Rank 0 sends blob[size] to every other rank, which receives it into blob. A world of one
-// does nothing. False with a message (naming the address, and the ranks that did not come)
-// when the deadline passes or a peer sends something else.
-bool rendezvous_share(const char *addr, int port, int rank, int world, void *blob, size_t size,
-                      double timeout_s, char *err, size_t err_size);
+// does nothing. Every rank says `job` (RankEnv.job): rank 0 turns away a peer of another job
+// (with a note on stderr) and goes on waiting for its own. False with a message (naming the
+// address, and the ranks that did not come) when the deadline passes or a peer of this job
+// sends something else.
+bool rendezvous_share(const char *addr, int port, int rank, int world, uint64_t job, void *blob,
+                      size_t size, double timeout_s, char *err, size_t err_size);
 
 #endif

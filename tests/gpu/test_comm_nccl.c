@@ -345,7 +345,7 @@ int main(void) {
   }
   d = cuda_driver();
   CommInit init = {.master_addr = env.master_addr, .master_port = env.master_port,
-                   .device = env.local_rank};
+                   .device = env.local_rank, .job = env.job};
   comm = comm_open(COMM_NCCL, rank, world, 120, &init, err, sizeof err);
   if (!comm) {
     printf("FAIL opening NCCL (rank %d of %d): %s\n", rank, world, err);

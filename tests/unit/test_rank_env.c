@@ -133,6 +133,32 @@ static void test_rank_env_refuses_bad_values(void **state) {
   expect_refused(nodes, "SLURM_JOB_NODELIST");
 }
 
+// The job token: none without a job id; GEMC_JOB_ID first, then torchrun's run id, then
+// Slurm's job and step; different ids give different tokens.
+static void test_rank_env_job_token(void **state) {
+  (void)state;
+  char err[200];
+  RankEnv a, b, c, d, none;
+  static const char *const v0[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", NULL};
+  static const char *const v1[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0",
+                                   "GEMC_JOB_ID=j1", "TORCHELASTIC_RUN_ID=r1", NULL};
+  static const char *const v2[] = {"RANK=1", "WORLD_SIZE=2", "LOCAL_RANK=1",
+                                   "GEMC_JOB_ID=j1", NULL};
+  static const char *const v3[] = {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0",
+                                   "TORCHELASTIC_RUN_ID=r1", NULL};
+  static const char *const v4[] = {"SLURM_PROCID=0", "SLURM_NTASKS=2", "SLURM_LOCALID=0",
+                                   "SLURM_JOB_ID=77", "SLURM_STEP_ID=0", NULL};
+  assert_true(read_env(v0, &none, err, sizeof err));
+  assert_true(read_env(v1, &a, err, sizeof err));
+  assert_true(read_env(v2, &b, err, sizeof err));
+  assert_true(read_env(v3, &c, err, sizeof err));
+  assert_true(read_env(v4, &d, err, sizeof err));
+  assert_true(none.job == 0);
+  assert_true(a.job != 0 && a.job == b.job);  // GEMC_JOB_ID wins; ranks of a job agree
+  assert_true(c.job != 0 && c.job != a.job);
+  assert_true(d.job != 0 && d.job != c.job);
+}
+
 static void test_slurm_first_host_forms(void **state) {
   (void)state;
   char out[32];
@@ -161,6 +187,7 @@ int main(void) {
       cmocka_unit_test(test_rank_env_slurm_master_from_the_node_list),
       cmocka_unit_test(test_rank_env_torchrun_wins_over_slurm),
       cmocka_unit_test(test_rank_env_refuses_bad_values),
+      cmocka_unit_test(test_rank_env_job_token),
       cmocka_unit_test(test_slurm_first_host_forms),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
