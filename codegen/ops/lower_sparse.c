@@ -7,6 +7,9 @@
 //                   dy rows in occurrence order (the CPU executor's order: same bits) and
 //                   applies the table's optimizer (row-wise Adagrad or SGD) to that row:
 //                   deterministic, no float atomics.
+//                   With ir->defer_table_updates (GPU ranks of several) the sums are only
+//                   written, and table_rows_apply, an optimizer launch, applies the optimizer
+//                   to the rows the runtime merged across ranks in between.
 #include <stdint.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -320,11 +323,58 @@ static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, 
   sb_free(&body);
 }
 
+// Deferred table updates: the optimizer over the rows the runtime merged across ranks and
+// wrote back compact ([int64 U][int64 ids[U]][fp32 U x D], runtime/gpu/gpu_exec.h), a warp
+// per row, APPLY_WARPS rows a block, LONG_BLOCKS blocks striding over the rows. The update is
+// table_grad_apply's (emit_row_update), after the sum of squares of the merged row.
+static void lower_rows_apply(Lower *L, int node, int table, int rows) {
+  const Ir *ir = L->ir;
+  const Tensor *tt = &ir->tensors[table];
+  int64_t dim = tensor_width(ir, table);
+  char name[300], id[256], what[200];
+  ident(id, sizeof id, tt->name);
+  snprintf(name, sizeof name, "table_rows_apply_%s", id);
+  snprintf(what, sizeof what, "%s on the rows merged across ranks (optimizer)",
+           optim_name(tt->optim.kind));
+  lower_comment(L, node, what);
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS * APPLY_WARPS), APPLY_WARPS,
+           APPLY_WARPS * 32);
+  kb.launch->optimizer = true;
+  kb_tensor_typed(&kb, "i64", "merged", rows, false);
+  kb_tensor_out(&kb, "table", table);
+  if (tt->optim.kind == OPTIM_ROWWISE_ADAGRAD) kb_optstate(&kb, "rowsum", table, 0);
+  StrBuf b = {0};
+  sb_printf(&b, "  enum { DIM = %lld, IDS = %d, VEC = 1 };\n"
+               "  const i64 U = merged[0];\n"
+               "  const float *values = (const float *)(const void *)(merged + 1 + U);\n"
+               "  const int lane = (int)(threadIdx.x %% WARP_SIZE);\n"
+               "  for (i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE; d < U;\n"
+               "       d += (i64)gridDim.x * IDS) {\n"
+               "    const i64 row = merged[1 + d];\n"
+               "    const float *grad = values + d * DIM;\n"
+               "    double sum_sq = 0.0;\n"
+               "    for (int col = lane; col < DIM; col += WARP_SIZE)\n"
+               "      sum_sq += (double)grad[col] * grad[col];\n",
+            (long long)dim, APPLY_WARPS);
+  ApplyKernel k = {.ir = ir, .dim = dim, .warp = true};
+  emit_row_update(&b, &k, tt, "    ");
+  sb_puts(&b, "  }\n");
+  kb_end(&kb, b.data);
+  sb_free(&b);
+}
+
 static bool lower_table_grad(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
   int table = n->ins[0];
-  const Tensor *tt = &ir->tensors[table];
+  const Tensor *trained = &ir->tensors[table];
+  // Deferred updates: the sums are written without the optimizer (a frozen table's kernels),
+  // and lower_rows_apply applies it after the runtime's merge.
+  Tensor frozen = *trained;
+  bool defer = ir->defer_table_updates && trained->optim.kind != OPTIM_NONE;
+  if (defer) frozen.optim.kind = OPTIM_NONE;
+  const Tensor *tt = defer ? &frozen : trained;
   int64_t dim = tensor_width(ir, table), rows = tt->fixed[0];
   int npairs = (n->nins - 1) / 2;
   // The occurrences: the sum of every pair's ids.
@@ -485,7 +535,10 @@ static bool lower_table_grad(Lower *L, int node) {
   else emit_block_apply(&b, &k, tt, false);
   kb_end(&kb, b.data);
   sb_free(&b);
-  if (!warp) return true;
+  if (!warp) {
+    if (defer) lower_rows_apply(L, node, table, n->out);
+    return true;
+  }
 
   // 8. the listed long runs: LONG_BLOCKS blocks, each taking ids c, c + LONG_BLOCKS, ...
   snprintf(name, sizeof name, "table_grad_apply_long_%s", id);
@@ -500,6 +553,7 @@ static bool lower_table_grad(Lower *L, int node) {
   emit_block_apply(&b, &k, tt, true);
   kb_end(&kb, b.data);
   sb_free(&b);
+  if (defer) lower_rows_apply(L, node, table, n->out);
   return true;
 }
 

@@ -52,7 +52,9 @@ static bool persistent(const Ir *ir, int t) {
   const Tensor *x = &ir->tensors[t];
   if (x->kind == TENSOR_PARAM || x->kind == TENSOR_TABLE) return true;
   for (int g = 0; g < ir->ngrads; g++)
-    if (ir->grads[g].grad == t && x->layout != LAYOUT_ROWS) return true;
+    // A table's rows stay until the optimizer when the runtime merges them across ranks first.
+    if (ir->grads[g].grad == t && (x->layout != LAYOUT_ROWS || ir->defer_table_updates))
+      return true;
   return false;
 }
 

@@ -645,7 +645,8 @@ int cmd_train(const CliOptions *o) {
   }
   c.opt.dense_mode = train_world_dense(&m.ir, c.dense != NULL, c.opt.dense_mode);
   if (c.opt.cuda && world.env.launcher != LAUNCHER_NONE &&
-      !trainer_gpu_world_check(&m.ir, world.env.world, c.opt.dense_mode, err, sizeof err)) {
+      !trainer_gpu_world_check(&m.ir, world.env.world, c.opt.dense_mode, world.placement,
+                               c.opt.artifact != NULL, err, sizeof err)) {
     train_world_error(&world, err);
     loaded_model_free(&m);
     return train_world_leave(&world, GEMC_EXIT_USAGE, false);

@@ -240,6 +240,9 @@ typedef struct Ir {
   int64_t dim;              // model dim
   Optim dense_optim;
   Parallel parallel;        // the `parallel { }` block; all unset without one
+  bool defer_table_updates; // not from the language (never printed): the GPU plan of a rank
+                            // of several, whose table rows are merged across ranks between
+                            // the backward pass and the optimizer (codegen/ops/lower_sparse.c)
   JaggedDim *jagged;
   int njagged, cap_jagged;
   Tensor *tensors;

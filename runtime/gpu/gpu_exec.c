@@ -1222,6 +1222,51 @@ bool gpu_exec_grad(const GpuExec *g, int param, CUdeviceptr *ptr, int64_t *numel
   return true;
 }
 
+bool gpu_exec_read_rows(GpuExec *g, int t, int64_t **ids, float **vals, int64_t *n, char *err,
+                        size_t err_size) {
+  const Slot *sl = g->cur >= 0 ? &g->slots[g->cur] : NULL;
+  int64_t zero[64] = {0}, umax = 0, width = 0, numel = 0;
+  gpu_tensor_shape(g->ir, t, sl ? sl->B : 0, sl ? sl->totals : zero, &umax, &width);
+  *vals = xcalloc((size_t)(umax * width) + 1, sizeof **vals);
+  *ids = NULL;
+  if (!gpu_exec_read_tensor(g, t, *vals, umax * width, &numel, n, ids, err, err_size)) {
+    free(*vals);
+    *vals = NULL;
+    return false;
+  }
+  return true;
+}
+
+bool gpu_exec_write_rows(GpuExec *g, int t, const int64_t *ids, const float *vals, int64_t n,
+                         char *err, size_t err_size) {
+  const Tensor *tt = &g->ir->tensors[t];
+  int b = g->p->tensor_buffer[t];
+  CUdeviceptr p;
+  if (tt->layout != LAYOUT_ROWS || b < 0 || !tensor_addr(g, t, &p))
+    return fail(err, err_size, "%s is not a table's rows on the device", tt->name);
+  int64_t tmax[64], umax = 0, width = 0;
+  const int64_t *totals = max_totals(g, tmax);
+  gpu_tensor_shape(g->ir, t, g->o.max_batch, totals, &umax, &width);
+  int64_t cap = sym(g->p->buffers[b].bytes, g->o.max_batch, totals) -
+                (int64_t)(p - g->buffers[b]);
+  int64_t bytes = 8 + n * 8 + n * width * 4;
+  if (n < 0 || bytes > cap)
+    return fail(err, err_size, "%" PRId64 " merged rows of %s take %" PRId64 " bytes, more "
+                "than its buffer's %" PRId64, n, tt->name, bytes, cap);
+  unsigned char *host = xcalloc((size_t)bytes, 1);
+  memcpy(host, &n, 8);
+  if (n > 0) {
+    memcpy(host + 8, ids, (size_t)n * 8);
+    memcpy(host + 8 + (size_t)n * 8, vals, (size_t)(n * width) * 4);
+  }
+  // Ordered on the compute stream, before the optimizer launches that read it.
+  bool ok = CU_CHECK(g->d->cuMemcpyHtoDAsync(p, host, (size_t)bytes, g->compute)) &&
+            CU_CHECK(g->d->cuStreamSynchronize(g->compute));
+  free(host);
+  if (!ok) return fail(err, err_size, "writing %s: %s", tt->name, cuda_last_error());
+  return true;
+}
+
 int gpu_exec_ntasks(const GpuExec *g) { return g->ntasks; }
 const float *gpu_exec_task_probs(const GpuExec *g, int task) { return g->task_probs[task]; }
 

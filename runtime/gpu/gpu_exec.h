@@ -118,6 +118,17 @@ bool gpu_exec_record(GpuExec *g, CUevent e, char *err, size_t err_size);
 bool gpu_exec_grad(const GpuExec *g, int param, CUdeviceptr *ptr, int64_t *numel,
                    int *last_launch);
 
+// A table's rows gradient (a ROWS tensor) of the step just run, for GPU ranks of several,
+// which merge it across ranks between the backward pass and the optimizer
+// (ir->defer_table_updates): read as U ids and U x width fp32 values (malloc'd), and written
+// back merged in the compact layout [int64 U][int64 ids[U]][fp32 U x width] that the plan's
+// table_rows_apply launches read. The write fails, naming the table, when the rows do not fit
+// the buffer (sized for the largest batch's occurrences).
+bool gpu_exec_read_rows(GpuExec *g, int t, int64_t **ids, float **vals, int64_t *n, char *err,
+                        size_t err_size);
+bool gpu_exec_write_rows(GpuExec *g, int t, const int64_t *ids, const float *vals, int64_t n,
+                         char *err, size_t err_size);
+
 int gpu_exec_ntasks(const GpuExec *g);
 const float *gpu_exec_task_probs(const GpuExec *g, int task);  // after gpu_exec_finish
 

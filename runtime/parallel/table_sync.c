@@ -327,11 +327,9 @@ static void merge(TState *t, const int64_t *ids, const float *vals, int64_t n) {
   free(e);
 }
 
-static bool reduce_table(TableSync *s, TState *t, CpuExec *x, double share, char *err,
-                         size_t err_size) {
-  int64_t n = 0;
-  const int64_t *ids = NULL;
-  const float *g = cpu_exec_grad(x, t->tensor, &n, &ids);
+// This rank's rows of table t (ids[n], g[n x dim]) to the ranks that update them, summed there.
+static bool reduce_rows(TableSync *s, TState *t, const int64_t *ids, const float *g, int64_t n,
+                        double share, char *err, size_t err_size) {
   if (!g) n = 0;
   float *scaled = xcalloc((size_t)(n * t->dim) + 1, sizeof *scaled);
   int64_t *send_ids = xcalloc((size_t)n + 1, sizeof *send_ids), *perm = NULL;
@@ -386,7 +384,24 @@ static bool reduce_table(TableSync *s, TState *t, CpuExec *x, double share, char
 bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size) {
   double t0 = monotonic_seconds();
   bool ok = true;
-  for (int k = 0; ok && k < s->nt; k++) ok = reduce_table(s, &s->t[k], x, share, err, err_size);
+  for (int k = 0; ok && k < s->nt; k++) {
+    int64_t n = 0;
+    const int64_t *ids = NULL;
+    const float *g = cpu_exec_grad(x, s->t[k].tensor, &n, &ids);
+    ok = reduce_rows(s, &s->t[k], ids, g, n, share, err, err_size);
+  }
+  s->seconds += monotonic_seconds() - t0;
+  return ok;
+}
+
+bool table_sync_reduce_rows(TableSync *s, int table, const int64_t *ids, const float *g,
+                            int64_t n, double share, char *err, size_t err_size) {
+  TState *t = NULL;
+  for (int k = 0; k < s->nt; k++)
+    if (s->t[k].tensor == table) t = &s->t[k];
+  if (!t) return fail(err, err_size, "internal error: %d is not a trained table", table);
+  double t0 = monotonic_seconds();
+  bool ok = reduce_rows(s, t, ids, g, n, share, err, err_size);
   s->seconds += monotonic_seconds() - t0;
   return ok;
 }

@@ -50,6 +50,10 @@ bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_
 bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size);
 void table_sync_grad(const TableSync *s, int table, const int64_t **ids, const float **g,
                      int64_t *nrows);
+// The same for one table from rows the caller holds (GPU ranks, which read them off the
+// device): this rank's ids[n] and rows g[n x dim], in ascending id order.
+bool table_sync_reduce_rows(TableSync *s, int table, const int64_t *ids, const float *g,
+                            int64_t n, double share, char *err, size_t err_size);
 // The rows of `table` that `rank` owns, ascending, into ids (NULL: only count them); 0 for a
 // replicated table.
 int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *ids);

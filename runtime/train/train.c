@@ -224,11 +224,21 @@ static bool has_overrides(const OptimOverrides *v) {
 // The tuned schedules (TrainOptions.node_sched) go into a copy of the nodes the same way, so
 // the model key (train_model_key of t->ir) and checkpoints do not depend on what was tuned;
 // an artifact keeps the schedules it was built with, so they are not applied to one.
+// A GPU rank of several defers its table updates (ir->defer_table_updates, set only here for
+// the plan; one process never does, whatever GEMC_TEST_DEFER_TABLES said to load_model).
+static bool defers_tables(const Trainer *t);
+
 static const Ir *gpu_plan_ir(Trainer *t, char *err, size_t err_size) {
   const Ir *ir = t->ir;
   bool overrides = has_overrides(&t->opt.optim);
   bool scheds = t->opt.node_sched && !t->opt.artifact;
-  if (!overrides && !scheds) return ir;
+  bool defer = defers_tables(t);
+  if (defer && t->opt.artifact) {
+    fail(err, err_size, "an artifact's kernels update the tables inside the backward pass; "
+         "these GPU ranks merge the tables' gradients first: train without --artifact");
+    return NULL;
+  }
+  if (!overrides && !scheds && defer == ir->defer_table_updates) return ir;
   if (overrides && t->opt.artifact) {
     fail(err, err_size, "optimizer overrides (--lr, --table-lr, ...) cannot change an artifact's "
          "kernels, which have the model's values compiled in: train without --artifact (the "
@@ -236,6 +246,7 @@ static const Ir *gpu_plan_ir(Trainer *t, char *err, size_t err_size) {
     return NULL;
   }
   t->gpu_ir = *ir;
+  t->gpu_ir.defer_table_updates = defer;
   if (overrides) {
     t->gpu_tensors = xcalloc((size_t)ir->ntensors + 1, sizeof *t->gpu_tensors);
     memcpy(t->gpu_tensors, ir->tensors, (size_t)ir->ntensors * sizeof *t->gpu_tensors);
@@ -816,22 +827,36 @@ static void dist_gpu_launch_hook(void *ctx, int launch) {
   dense_sync_node_done(t->dense, launch);
 }
 
-bool trainer_gpu_world_check(const Ir *ir, int world, DenseMode dense, char *err,
+bool trainer_gpu_world_check(const Ir *ir, int world, DenseMode dense,
+                             const TablePlacement *placement, bool artifact, char *err,
                              size_t err_size) {
   if (dense != DENSE_DATA_PARALLEL)
     return fail(err, err_size, "--dense %s is not built for GPU ranks (their optimizer kernels "
                 "update whole parameters); use --dense data-parallel, or the CPU executor's "
                 "ranks (--backend cpu)", dense_mode_name(dense));
-  for (int i = 0; world > 1 && i < ir->ntensors; i++) {
+  if (world == 1) return true;
+  bool tables = false;
+  for (int i = 0; i < ir->ntensors; i++) {
     const Tensor *p = &ir->tensors[i];
-    if (p->kind == TENSOR_TABLE && ir_grad_of(ir, i) >= 0)
-      return fail(err, err_size, "table %s trains, and GPU ranks cannot yet merge table "
-                  "gradients across ranks (the GPU's table-gradient kernels apply the optimizer "
-                  "inside the backward pass), so %d GPU ranks would each update it from their "
-                  "own share; train the CPU executor's ranks (--backend cpu), or one GPU rank",
-                  p->name, world);
+    if (p->kind != TENSOR_TABLE) continue;
+    tables = tables || ir_grad_of(ir, i) >= 0;
+    if (placement && placement[i] != PLACE_REPLICATE)
+      return fail(err, err_size, "table %s is placed %s, and GPU ranks keep every table whole "
+                  "(replicated) so far: use --shard replicate, or the CPU executor's ranks "
+                  "(--backend cpu)", p->name, table_placement_name(placement[i]));
   }
+  if (tables && artifact)
+    return fail(err, err_size, "an artifact's kernels update the tables inside the backward "
+                "pass, and %d GPU ranks must merge the tables' gradients first: train without "
+                "--artifact (the kernels are then compiled for it)", world);
   return true;
+}
+
+// GPU ranks of several (or GEMC_TEST_DEFER_TABLES=1 with one): the plan's table updates wait
+// for the rows merged across ranks (dist_gpu_tables).
+static bool defers_tables(const Trainer *t) {
+  return t->opt.cuda && t->opt.comm &&
+         (comm_world(t->opt.comm) > 1 || t->ir->defer_table_updates);
 }
 
 // GPU ranks' dense buckets: each parameter's device gradient and the launch after which it is
@@ -859,7 +884,8 @@ static bool dist_gpu_dense(Trainer *t, const int *params, int np, int64_t bucket
 static bool dist_setup(Trainer *t, char *err, size_t err_size) {
   Comm *c = t->opt.comm;
   int world = comm_world(c);
-  if (t->gpu && !trainer_gpu_world_check(t->ir, world, t->opt.dense_mode, err, err_size))
+  if (t->gpu && !trainer_gpu_world_check(t->ir, world, t->opt.dense_mode, t->opt.placement,
+                                         t->opt.artifact != NULL, err, err_size))
     return false;
   if (t->B < world)
     return fail(err, err_size, "the global batch of %" PRId64 " examples is smaller than the "
@@ -1031,12 +1057,40 @@ static bool dist_metrics(Trainer *t, char *err, size_t err_size) {
   return true;
 }
 
+// Deferred table updates: each trained table's rows of this rank, read off the device, are
+// summed across ranks (table_sync, as on CPU ranks: every rank gets every row, summed in rank
+// order, each rank's rows scaled by its share) and written back for the plan's
+// table_rows_apply launches.
+static bool dist_gpu_tables(Trainer *t, double share, char *err, size_t err_size) {
+  for (int i = 0; i < t->ntrained; i++) {
+    const Trained *p = &t->trained[i];
+    int rows = ir_grad_of(t->ir, p->tensor);
+    if (!p->table || rows < 0) continue;
+    int64_t *ids = NULL, n = 0, merged = 0;
+    float *vals = NULL;
+    const int64_t *mids;
+    const float *mg;
+    bool ok = gpu_session_read_rows(t->gpu, rows, &ids, &vals, &n, err, err_size) &&
+              table_sync_reduce_rows(t->tables, p->tensor, ids, vals, n, share, err, err_size);
+    if (ok) {
+      table_sync_grad(t->tables, p->tensor, &mids, &mg, &merged);
+      ok = gpu_session_write_rows(t->gpu, rows, mids, mg, merged, err, err_size);
+    }
+    free(ids);
+    free(vals);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 // One step of a GPU rank. Forward and backward run on this rank's share; while the backward
 // is enqueued, each bucket of dense gradients starts its all-reduce on the comm stream as soon
 // as its last launch is (dist_gpu_launch_hook), so NCCL overlaps the rest of the backward.
 // Then the loss is summed over ranks, the buckets are waited for, and the divergence guard
 // looks at the loss and (--on-nan skip) at the reduced gradients, the same on every rank,
-// before the optimizer launches. As on one GPU, the tables were updated inside the backward.
+// before the optimizer launches. In a world of one the tables were updated inside the
+// backward, as on one GPU; with several ranks their rows are merged first (dist_gpu_tables)
+// and updated by the optimizer launches.
 static bool dist_gpu_step(Trainer *t, double *loss, char *err, size_t err_size) {
   double start = monotonic_seconds(), comm_before = t->dist_comm_s;
   double tables_before = table_sync_seconds(t->tables);
@@ -1080,7 +1134,8 @@ static bool dist_gpu_step(Trainer *t, double *loss, char *err, size_t err_size) 
   } else {
     t->skipped_in_row = 0;
     double ignored;
-    if (!gpu_session_launch_update(t->gpu, t->step + 1, err, err_size) ||
+    if ((defers_tables(t) && !dist_gpu_tables(t, share, err, err_size)) ||
+        !gpu_session_launch_update(t->gpu, t->step + 1, err, err_size) ||
         !gpu_session_finish(t->gpu, &ignored, err, err_size) || !dist_metrics(t, err, err_size))
       return false;
   }

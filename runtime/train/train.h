@@ -201,9 +201,11 @@ typedef struct DistSummary {
 } DistSummary;
 bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size);
 // What GPU ranks (NCCL) cannot train yet, for a world of `world`: ZeRO dense modes, and with
-// several ranks a table that trains (its gradients cannot be merged across GPU ranks yet).
-// False with the reason; `gemc train` asks before the ranks meet.
-bool trainer_gpu_world_check(const Ir *ir, int world, DenseMode dense, char *err,
+// several ranks a table placed other than replicated (placement[ir->ntensors], NULL: all
+// replicated) or an artifact's kernels (which update tables inside the backward pass). False
+// with the reason; `gemc train` asks before the ranks meet.
+bool trainer_gpu_world_check(const Ir *ir, int world, DenseMode dense,
+                             const TablePlacement *placement, bool artifact, char *err,
                              size_t err_size);
 bool trainer_distributed(const Trainer *t);  // a world of more than one
 // The last failure was decided by every rank together (the divergence guard, the state check,

@@ -333,6 +333,16 @@ bool gpu_session_grad(const GpuSession *s, int param, void **ptr, int64_t *numel
   return true;
 }
 
+bool gpu_session_read_rows(GpuSession *s, int t, int64_t **ids, float **vals, int64_t *n,
+                           char *err, size_t err_size) {
+  return gpu_exec_read_rows(s->x, t, ids, vals, n, err, err_size);
+}
+
+bool gpu_session_write_rows(GpuSession *s, int t, const int64_t *ids, const float *vals,
+                            int64_t n, char *err, size_t err_size) {
+  return gpu_exec_write_rows(s->x, t, ids, vals, n, err, err_size);
+}
+
 const char *gpu_session_device(const GpuSession *s) { return s->device; }
 const char *gpu_session_arch(const GpuSession *s) { return s->ctx.arch; }
 double gpu_session_compile_cold(const GpuSession *s) { return s->cold; }

@@ -80,6 +80,11 @@ void *gpu_session_event(GpuSession *s, char *err, size_t err_size);
 bool gpu_session_record(GpuSession *s, char *err, size_t err_size);
 bool gpu_session_grad(const GpuSession *s, int param, void **ptr, int64_t *numel,
                       int *last_launch);
+// gpu_exec_read_rows and gpu_exec_write_rows (deferred table updates).
+bool gpu_session_read_rows(GpuSession *s, int t, int64_t **ids, float **vals, int64_t *n,
+                           char *err, size_t err_size);
+bool gpu_session_write_rows(GpuSession *s, int t, const int64_t *ids, const float *vals,
+                            int64_t n, char *err, size_t err_size);
 
 // Facts for the banner and the summary.
 const char *gpu_session_device(const GpuSession *s);  // "NVIDIA H200 (sm_90a, 132 SMs)"

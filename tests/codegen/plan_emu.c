@@ -6,6 +6,9 @@
 // synthetic batch and initial parameters. Attention runs when its kernels need no tensor
 // cores (fp32 and fp16 storage: the SIMT kernels; fp8 and mxfp8: the quantized ones), with the
 // tile lists the runtime would build (runtime/gpu/gpu_tiles.c).
+// GEMC_TEST_DEFER_TABLES=1 (load_model.c; gemc emit too) builds the plan of a GPU rank of several (ir->defer_table_updates): the
+// optimizer launches run after every other one, and before them the tables' rows are
+// rewritten compact, as the runtime does after merging them across ranks (a world of one here).
 //   plan_emu MODEL.gem [TOLERANCE]     exit 0 when every relative error is within TOLERANCE
 #include <math.h>
 #include <stdio.h>
@@ -170,6 +173,7 @@ int main(int argc, char **argv) {
   LoadedModel m;
   if (!load_model(&m, argv[1], NULL, true, true, false)) return 2;
   ir = &m.ir;
+  bool defer = m.ir.defer_table_updates;
   Diag d;
   diag_init(&d, &m.src, stderr);
   Plan p;
@@ -226,16 +230,33 @@ int main(int argc, char **argv) {
   // values), so keep a copy of it right after the last launch of its table_grad node.
   char **rows_copy = calloc((size_t)ir->ntensors, sizeof *rows_copy);
   for (int i = 0; i < p.nlaunches; i++) {
+    if (defer && p.launches[i].optimizer) continue;
     run_launch(&p.launches[i]);
     int node = p.launches[i].node;
     if (node < 0 || ir->nodes[node].op != OP_TABLE_GRAD) continue;
-    if (i + 1 < p.nlaunches && p.launches[i + 1].node == node) continue;
+    if (i + 1 < p.nlaunches && p.launches[i + 1].node == node &&
+        !(defer && p.launches[i + 1].optimizer))
+      continue;
     int t = ir->nodes[node].out;
     size_t bytes = (size_t)eval(plan_tensor_bytes(&p, t));
     rows_copy[t] = malloc(bytes);
     memcpy(rows_copy[t], tensor_ptr(t), bytes);
   }
 
+  if (defer) {
+    // The runtime's merge of a world of one: each table's rows, [U][ids[Umax]][values], become
+    // [U][ids[U]][values] (runtime/gpu/gpu_exec.h); then the optimizer launches.
+    for (int gi = 0; gi < ir->ngrads; gi++) {
+      int param = ir->grads[gi].param, grad = ir->grads[gi].grad;
+      if (ir->tensors[param].kind != TENSOR_TABLE) continue;
+      int64_t dim = ir->tensors[param].fixed[1];
+      int64_t umax = (eval(plan_tensor_bytes(&p, grad)) - 8) / (8 + 4 * dim);
+      int64_t *hdr = (int64_t *)(void *)tensor_ptr(grad);
+      memmove(hdr + 1 + hdr[0], hdr + 1 + umax, (size_t)(hdr[0] * dim) * 4);
+    }
+    for (int i = 0; i < p.nlaunches; i++)
+      if (p.launches[i].optimizer) run_launch(&p.launches[i]);
+  }
   float want_loss = (float)loss;
   compare("loss", &want_loss, tensor_ptr(ir->loss), DT_F32, 1);
   for (int gi = 0; gi < ir->ngrads; gi++) {
