@@ -162,6 +162,14 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
              "and device buffers, and is an all-reduce", call->what ? call->what : "data");
     return -1;
   }
+  // NCCL 2.28's one-rank path (ncclLaunchOneRank) left the last element of a 4097-element
+  // buffer unscaled on the H200 (docs/distributed.md); a world of one never needs a scale (its
+  // share is the whole batch), so it is refused rather than trusted.
+  if (call->scale != 0 && call->scale != 1 && c->world == 1) {
+    snprintf(err, err_size, "internal error: a scaled all-reduce (%s) in a world of one",
+             call->what ? call->what : "data");
+    return -1;
+  }
   if (call->device && !nccl) {
     snprintf(err, err_size, "internal error: device buffers (%s) on the %s backend",
              call->what ? call->what : "data", c->ops->name);
@@ -180,15 +188,25 @@ int comm_start(Comm *c, const CommCall *call, char *err, size_t err_size) {
   return h;
 }
 
-// Prints what timed out and ends the job; does not return.
+static void abort_took_too_long(int sig) {
+  (void)sig;
+  _exit(1);
+}
+
+// Prints what timed out and ends the job; does not return. The backend's abort gets 20 s: a
+// collective stuck on a device stream can hold NCCL's abort, or the driver's teardown at
+// exit, for ever, so the process leaves by _exit.
 static void timed_out(Comm *c, const CommReq *r) {
   fprintf(stderr, "gemc: rank %d: error: the %s of %s (step %" PRId64 ") did not finish "
           "within %g s (--comm-timeout): another rank died or stalled; aborting every rank\n",
           c->rank, kind_name(r->call.kind), r->call.what, c->step,
           r->call.timeout_s > 0 ? r->call.timeout_s : c->timeout_s);
   fflush(stderr);
+  signal(SIGALRM, abort_took_too_long);
+  alarm(20);
   c->ops->abort(c, 1);
-  exit(1);
+  fflush(stdout);
+  _exit(1);
 }
 
 bool comm_wait(Comm *c, int handle, char *err, size_t err_size) {

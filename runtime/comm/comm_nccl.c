@@ -342,6 +342,7 @@ static bool stage_in(Comm *c, CommReq *r, CommCall *k, char *err, size_t err_siz
 // GEMC_TEST_COMM_HANG: this rank's collectives of this step wait for ever on the device.
 static bool test_hang(Comm *c, Nccl *n, char *err, size_t err_size) {
   if (c->rank != c->hang_rank || c->step != c->hang_step) return true;
+  static int64_t said_for = -1;
   const CudaDriver *d = cuda_driver();
   if (!d->cuStreamWaitValue32)
     return fail(err, err_size, "GEMC_TEST_COMM_HANG needs cuStreamWaitValue32");
@@ -350,8 +351,10 @@ static bool test_hang(Comm *c, Nccl *n, char *err, size_t err_size) {
         !cu_ok(d->cuMemsetD8Async(n->never, 0, 4, n->stream), "cuMemsetD8Async", err, err_size))
       return false;
   }
-  fprintf(stderr, "gemc: rank %d: test: the collectives of step %lld hang on the device "
-          "(GEMC_TEST_COMM_HANG)\n", c->rank, (long long)c->step);
+  if (said_for != c->step)
+    fprintf(stderr, "gemc: rank %d: test: the collectives of step %lld hang on the device "
+            "(GEMC_TEST_COMM_HANG)\n", c->rank, (long long)c->step);
+  said_for = c->step;
   return cu_ok(d->cuStreamWaitValue32(n->stream, n->never, 1, 0), "cuStreamWaitValue32", err,
                err_size);
 }

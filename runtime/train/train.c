@@ -109,6 +109,8 @@ struct Trainer {
   TableSync *tables;
   Batch local;               // this rank's share of the batch
   int64_t *split;            // [world + 1] the shares
+  Batch share_lengths;       // GPU ranks' pipeline thread: the global batch's lengths
+  int64_t *share_split;      // and its shares
   OptimState **dense_states; // the dense parameters' optimizers, in dense_sync's order
   OptimState **table_states; // [ir->ntensors] the tables' optimizers (NULL elsewhere)
   float *probs_all;          // [B] every rank's predictions of one task
@@ -121,6 +123,8 @@ struct Trainer {
 };
 
 static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
+                          double *stage_s, char *err, size_t err_size);
+static bool produce_share(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
                           double *stage_s, char *err, size_t err_size);
 
 void optim_overrides_none(OptimOverrides *o) {
@@ -356,10 +360,17 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     for (int k = 0; ok && k < t->ntasks; k++)
       t->gpu_labels[k] = xcalloc((size_t)t->B, sizeof(float));
     // Three items: the one being copied, the next one ready, one being made.
-    // A rank makes its own share of each batch (dist_share): no pipeline.
+    // A GPU rank's pipeline makes its share of each synthetic batch (produce_share); with a
+    // data file it cuts its share on the step's thread.
     const char *env = getenv("GEMC_PIPELINE");
-    if (ok && !o->comm && !(env && strcmp(env, "0") == 0))
-      t->pipeline = pipeline_new(3, &t->schema, t->B, t->B, produce_batch, t);
+    bool pipelined = !(env && strcmp(env, "0") == 0) && (!o->comm || t->synth);
+    if (ok && pipelined && o->comm) {
+      batch_alloc(&t->share_lengths, &t->schema, t->B);
+      t->share_split = xcalloc((size_t)comm_world(o->comm) + 1, sizeof *t->share_split);
+    }
+    if (ok && pipelined)
+      t->pipeline = pipeline_new(3, &t->schema, t->B, t->B,
+                                 o->comm ? produce_share : produce_batch, t);
     t->times.pipelined = t->pipeline != NULL;
     if (ok && o->comm) ok = dist_setup(t, err, err_size);
   }
@@ -376,6 +387,7 @@ void trainer_free(Trainer *t) {
   table_sync_free(t->tables);
   if (t->comm) batch_free(&t->local);
   free(t->split);
+  free(t->share_split);
   free(t->dense_states);
   free(t->table_states);
   free(t->probs_all);
@@ -383,6 +395,7 @@ void trainer_free(Trainer *t) {
   free(t->teacher_all);
   free(t->teacher_mine);
   pipeline_free(t->pipeline);  // before the data source and the session it uses
+  if (t->share_lengths.B) batch_free(&t->share_lengths);
   for (int i = 0; i < t->ntrained; i++) optim_state_free(&t->trained[i].st);
   free(t->trained);
   for (int k = 0; k < t->ntasks; k++) {
@@ -446,6 +459,26 @@ static bool produce_batch(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, do
   bool ok = training_batch_at(t, cursor, b, err, err_size);
   double t1 = monotonic_seconds();
   ok = ok && gpu_session_stage(t->gpu, b, st, err, err_size);
+  *make_s = t1 - t0;
+  *stage_s = monotonic_seconds() - t1;
+  return ok;
+}
+
+// A GPU rank's pipeline producer (synthetic data): this rank's share of the global batch of
+// `cursor`, cut as dist_share cuts it, made and staged.
+static bool produce_share(void *ctx, int64_t cursor, Batch *b, GpuStaged *st, double *make_s,
+                          double *stage_s, char *err, size_t err_size) {
+  Trainer *t = ctx;
+  double t0 = monotonic_seconds();
+  int rank = comm_rank(t->opt.comm), world = comm_world(t->opt.comm);
+  t->share_lengths.B = t->B;
+  synth_lengths(t->synth, cursor, &t->share_lengths);
+  batch_split(&t->share_lengths, world, t->share_split);
+  int64_t first = t->share_split[rank];
+  b->B = t->share_split[rank + 1] - first;
+  synth_batch(t->synth, cursor + first, b);
+  double t1 = monotonic_seconds();
+  bool ok = gpu_session_stage(t->gpu, b, st, err, err_size);
   *make_s = t1 - t0;
   *stage_s = monotonic_seconds() - t1;
   return ok;
@@ -1057,6 +1090,35 @@ static bool dist_metrics(Trainer *t, char *err, size_t err_size) {
   return true;
 }
 
+// A GPU rank's share of the training batch of dist_batch_at(cursor), into t->local and onto
+// the GPU: from the pipeline, which made and staged it on its thread (synthetic data), or cut
+// and uploaded here.
+static bool dist_gpu_share(Trainer *t, int64_t cursor, double *share, char *err,
+                           size_t err_size) {
+  if (!t->pipeline) {
+    dist_share(t, cursor, share);
+    return gpu_session_set_batch(t->gpu, &t->local, err, err_size);
+  }
+  int rank = comm_rank(t->comm), world = comm_world(t->comm);
+  batch_split(&t->batch, world, t->split);
+  double waited = 0;
+  PipelineItem *it = pipeline_take(t->pipeline, cursor, &waited);
+  t->times.batch_wait_s += waited;
+  if (!it->ok) {
+    fail(err, err_size, "%s", it->err);
+    pipeline_release(t->pipeline, it);
+    return false;
+  }
+  GEMC_ASSERT(it->batch.B == t->split[rank + 1] - t->split[rank]);
+  Batch mine = t->local;  // the item keeps this one's storage for a later batch
+  t->local = it->batch;
+  it->batch = mine;
+  *share = (double)t->local.B / (double)t->batch.B;
+  bool ok = gpu_session_set_staged(t->gpu, &it->staged, err, err_size);
+  pipeline_release(t->pipeline, it);
+  return ok;
+}
+
 // Deferred table updates: each trained table's rows of this rank, read off the device, are
 // summed across ranks (table_sync, as on CPU ranks: every rank gets every row, summed in rank
 // order, each rank's rows scaled by its share) and written back for the plan's
@@ -1098,9 +1160,8 @@ static bool dist_gpu_step(Trainer *t, double *loss, char *err, size_t err_size) 
   comm_test_faults(t->comm);
   if (!dist_batch_at(t, t->cursor, false, err, err_size)) return false;
   double share, l = NAN;
-  dist_share(t, t->cursor, &share);
   void *event = gpu_session_event(t->gpu, err, err_size);
-  if (!event || !gpu_session_set_batch(t->gpu, &t->local, err, err_size)) return false;
+  if (!event || !dist_gpu_share(t, t->cursor, &share, err, err_size)) return false;
   dense_sync_begin_device(t->dense, share, event);
   if (!gpu_session_launch_grads(t->gpu, err, err_size) ||
       !gpu_session_record(t->gpu, err, err_size))

@@ -123,9 +123,9 @@ else
 fi
 
 train half_launch 20 "$gemc" launch -n 1 -- --save "$dir/ck_set"
-train resumed_plain 40 "$gemc" -- --resume "$dir/ck_set"
+train resumed_plain 20 "$gemc" -- --resume "$dir/ck_set"
 train half_plain 20 "$gemc" -- --save "$dir/ck_one"
-train resumed_launch 40 "$gemc" launch -n 1 -- --resume "$dir/ck_one"
+train resumed_launch 20 "$gemc" launch -n 1 -- --resume "$dir/ck_one"
 if ls "$dir/ck_set"/manifest.gemc >/dev/null 2>&1; then
   pass "the NCCL rank wrote a checkpoint set (shard and manifest)"
 else
@@ -135,7 +135,7 @@ same plain resumed_plain "the NCCL rank's checkpoint resumed in one process"
 same plain resumed_launch "one process's checkpoint resumed in an NCCL rank"
 
 start=$(date +%s)
-GEMC_TEST_COMM_HANG=0:3 timeout 300 "$gemc" launch -n 1 train models/gem_tiny.gem \
+GEMC_TEST_COMM_HANG=0:3 timeout 200 "$gemc" launch -n 1 train models/gem_tiny.gem \
   --backend cuda --steps 10 -q --comm-timeout 5 >"$dir/hang.log" 2>&1
 rc=$?
 took=$(( $(date +%s) - start ))

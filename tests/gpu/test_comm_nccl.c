@@ -11,7 +11,8 @@
 //   - an all-reduce ordered after a compute-stream event, and a compute stream ordered after
 //     its end (comm_done_event);
 //   - host buffers staged through the device (all-reduce, all-gather, broadcast, all-to-all);
-//   - a grouped in-place all-reduce of several buffers, scaled per rank (PreMulSum).
+//   - a grouped in-place all-reduce of several buffers, scaled per rank (PreMulSum) in a
+//     world of several; a world of one refuses a scale.
 // Then it times a 256 MiB all-reduce and a 256 MiB all-to-all (bus bandwidth, printed: the
 // numbers issue 13 compares with nccl-tests on hosts of several GPUs). Prints PASS or FAIL per
 // case; the exit status counts the failures (tests/gpu/run.sh runs it alone, through `gemc
@@ -251,8 +252,9 @@ static void test_host_staged(void) {
   free(counts), free(mine), free(all), free(sc), free(rc), free(sv), free(rv);
 }
 
-// The trainer's dense buckets: several device buffers all-reduced in place in one grouped
-// call, each rank's values scaled by its share (PreMulSum) before the sum.
+// The trainer's bucket call: several device buffers all-reduced in place in one grouped
+// call, each rank's values scaled by its share (PreMulSum) before the sum. A world of one
+// refuses a scale (comm.c: NCCL's one-rank path left a tail unscaled) and reduces unscaled.
 static void test_grouped_scaled(void) {
   enum { NB = 3 };
   int64_t counts[NB] = {1000, 1, 4097};
@@ -265,17 +267,31 @@ static void test_grouped_scaled(void) {
   }
   // Scales 0.25 (rank + 1): powers of two times small integers, so every sum is exact.
   CommCall call = {.kind = COMM_ALLREDUCE, .dtype = COMM_F32, .nbufs = NB, .bufs = bufs,
-                   .buf_counts = counts, .scale = 0.25f * (float)(rank + 1),
-                   .what = "test grouped buckets"};
+                   .buf_counts = counts, .scale = world > 1 ? 0.25f * (float)(rank + 1) : 0,
+                   .what = "test grouped buckets", .device = true};
+  char err[256];
+  if (world == 1) {
+    CommCall scaled = call;
+    scaled.scale = 0.5f;
+    check(comm_start(comm, &scaled, err, sizeof err) < 0 && strstr(err, "world of one"),
+          "a scaled all-reduce in a world of one is refused");
+  }
   bool ok = run(&call);
-  float factor = 0.25f * (float)world * (float)(world + 1) / 2;
+  float factor = world > 1 ? 0.25f * (float)world * (float)(world + 1) / 2 : 1;
   for (int j = 0; j < NB && ok; j++) {
     float *out = calloc((size_t)counts[j], sizeof *out);
     download(out, (CUdeviceptr)bufs[j], (size_t)counts[j] * 4);
-    for (int64_t i = 0; ok && i < counts[j]; i++) ok = out[i] == h[j][i] * factor;
+    for (int64_t i = 0; ok && i < counts[j]; i++) {
+      ok = out[i] == h[j][i] * factor;
+      if (!ok)
+        fprintf(stderr, "rank %d: buffer %d [%lld] = %g, want %g\n", rank, j, (long long)i,
+                out[i], h[j][i] * factor);
+    }
     free(out);
   }
-  check(ok, "grouped in-place all-reduce of 3 buffers scaled by 0.25 (rank + 1)");
+  check(ok, world > 1 ? "grouped in-place all-reduce of 3 buffers (1000, 1, 4097) scaled by "
+                        "0.25 (rank + 1)"
+                      : "grouped in-place all-reduce of 3 buffers (1000, 1, 4097)");
   for (int j = 0; j < NB; j++) {
     d->cuMemFree((CUdeviceptr)bufs[j]);
     free(h[j]);
