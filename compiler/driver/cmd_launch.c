@@ -134,7 +134,7 @@ static int parse_launch(const CliOptions *o, LaunchCli *c) {
 }
 
 // The backend `train` will pick: what its --backend says; else, with several ranks, the CPU
-// (GPU ranks cannot train tables yet), and for one rank whether a GPU is usable.
+// (GPU ranks are asked for with --backend cuda), and for one rank whether a GPU is usable.
 static bool train_on_cpu(const LaunchCli *c) {
   for (int i = 0; i < c->ntrain; i++) {
     const char *a = c->train_args[i];

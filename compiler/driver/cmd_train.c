@@ -364,11 +364,11 @@ static bool choose_backend(TrainCli *c, char *reason, size_t size) {
     }
     return true;
   case BACKEND_AUTO:
-    // Several ranks train on the CPU executor: GPU ranks cannot merge table gradients yet
-    // (docs/distributed.md); --backend cuda asks for them.
+    // Several ranks train on the CPU executor: GPU ranks merge table gradients through the
+    // host, slowly, so they are asked for (--backend cuda; docs/distributed.md).
     if (world.env.world > 1 && !c->opt.artifact) {
-      snprintf(reason, size, "auto: %d ranks, which train on the CPU executor (GPU ranks "
-               "cannot train tables yet)", world.env.world);
+      snprintf(reason, size, "auto: %d ranks, which train on the CPU executor (--backend cuda "
+               "for GPU ranks)", world.env.world);
       return true;
     }
     c->opt.cuda = cuda_usable(err, sizeof err);
