@@ -13,6 +13,14 @@
 // dP ⊙ act′(S) for a pointwise activation and P ⊙ (dP − D) for softmax, with P recomputed from
 // the row statistics {lse2, D} of the forward's preparation pass (attention_backward.cuh's
 // attn_grad_element, the same function).
+//
+// DQ (KV only, head dim 128; `@schedule(deterministic = false)`): the dK/dV kernel computes dQ
+// too, so the backward runs 5 products instead of 7. Each warpgroup stores its dSᵀ (64 keys x
+// 64 streamed queries, bf16, the 128-byte swizzle) into one of two shared tiles; after a named
+// barrier over both warpgroups, warpgroup w takes dQ's columns [64w, 64w + 64) as dS·K over
+// all 128 resident keys (a wgmma with both operands transposed in shared memory) and adds
+// them, scaled, into the fp32 workspace `dq_acc` with red.global.add. The float atomics make
+// dQ's bits depend on the order the work items finish in (docs/attention.md).
 // defines: attn_backward_sm90
 #ifndef GEMC_ATTENTION_SM90_BACKWARD_CUH
 #define GEMC_ATTENTION_SM90_BACKWARD_CUH
@@ -22,6 +30,31 @@ enum { SM90_BWD_STREAM = 64, SM90_BWD_RESIDENT = 128 };
 
 #define SM90_BACKWARD_SMEM(DH, STAGES) \
   (1024 + 2 * 2 * 128 * (DH) * 2 + 2 * (STAGES) * 64 * (DH) * 2 + 8 * (4 + 3 * (STAGES)))
+// With DQ: two more 128 x 64 bf16 tiles of dSᵀ.
+#define SM90_BACKWARD_DQ_SMEM(DH, STAGES) (SM90_BACKWARD_SMEM(DH, STAGES) + 2 * 128 * 64 * 2)
+
+// d (64 x 64 fp32) (+)= A (64 x 16) * B (16 x 64), both in shared memory MN-major (transposed).
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_ss_tt_n64(float *d, unsigned long long a,
+                                                   unsigned long long b, int accumulate) {
+  if (F16)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {" SM90_REGS32
+                 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : SM90_ACC32(d)
+                 : "l"(a), "l"(b), "r"(accumulate));
+  else
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {" SM90_REGS32
+                 "}, %32, %33, p, 1, 1, 1, 1;\n}\n"
+                 : SM90_ACC32(d)
+                 : "l"(a), "l"(b), "r"(accumulate));
+}
+
+// *p += (a, b), one vector reduction in global memory.
+__device__ __forceinline__ void sm90_red_add2(float *p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
 
 // One backward work item: the example, the resident tile's first row and head, its rows, and
 // the streamed rows [lo, lo + n * 64).
@@ -65,13 +98,16 @@ __device__ __forceinline__ bool sm90_bwd_item(const AttnRows &r, const int *__re
 // dq (in `g1`). `count` entries in `tiles`, dealt for gridDim.x CTAs. LN_STATS: the
 // statistics come from the SIMT preparation pass (attention_simt.cuh), whose lse is in natural
 // log units; they are read as log2 units.
-template <int DH, int ACT, int STAGES, bool F16, bool KV, bool LN_STATS, typename GT>
+template <int DH, int ACT, int STAGES, bool F16, bool KV, bool LN_STATS, bool DQ = false,
+          typename GT>
 __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__restrict__ g2,
                                                    const TmaMap &res1_map, const TmaMap &res2_map,
                                                    const TmaMap &str1_map, const TmaMap &str2_map,
                                                    const AttnRows &r,
                                                    const int *__restrict__ tiles, int count,
-                                                   const float *__restrict__ stats) {
+                                                   const float *__restrict__ stats,
+                                                   float *__restrict__ dq_acc = 0) {
+  static_assert(!DQ || (KV && DH == 128), "dQ in the dK/dV kernel takes head dim 128");
   enum {
     HALVES = DH / 64,
     RES_HALF = SM90_BWD_RESIDENT * 128,  // bytes of one 64-column half of a resident tile
@@ -81,12 +117,14 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
     S_REGS = SM90_BWD_STREAM / 2,        // 64 x 64 scores over 128 threads
     O_REGS = DH / 2,
     SOFTMAX = ACT == ATTN_ACT_SOFTMAX,
+    DS_BYTES = 128 * 128,                // one 128 x 64 bf16 tile of dSᵀ
   };
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
   const unsigned base = (attn_smem_addr(sm90_smem) + 1023u) & ~1023u;
   const unsigned res_tiles = base;                          // [2 buffers][2 tiles]
   const unsigned str_tiles = res_tiles + 4 * RES_BYTES;     // [STAGES][2 tiles]
-  const unsigned res_full = str_tiles + 2 * STAGES * STR_BYTES;
+  const unsigned ds_tiles = str_tiles + 2 * STAGES * STR_BYTES;  // DQ: [2] dSᵀ
+  const unsigned res_full = ds_tiles + (DQ ? 2 * DS_BYTES : 0);
   const unsigned res_empty = res_full + 16, str_full = res_empty + 16;
   const unsigned str_empty = str_full + 16 * STAGES;  // str_full: [STAGES][2] (str1, str2)
 
@@ -238,10 +276,38 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
           dsf[kk][q] = sm90_pack<F16>(y[8 * kk + 2 * q], y[8 * kk + 2 * q + 1]);
         }
 
-      // KV: dK += dSᵀ·Q (str1), dV += Pᵀ·dO (str2). Q: dQ += dS·K (str1).
+      // DQ: this warpgroup's dSᵀ rows (keys 64 cw + 16 warp + g, + 8) into dS tile c & 1, in
+      // the 128-byte swizzle (16-byte chunk k of row R at chunk k ^ (R & 7), and R & 7 = g).
+      // Tile c & 1 was last read by both warpgroups' dQ products of stream tile c - 2, which
+      // each finished before the barrier of tile c - 1.
+      const unsigned ds_tile = ds_tiles + (c & 1) * DS_BYTES;
+      if (DQ) {
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+          for (int q = 0; q < 4; q++) {
+            const unsigned row = 64 * cw + 16 * warp + g + 8 * (q & 1);
+            const unsigned at = ds_tile + row * 128 + (((2 * kk + (q >> 1)) ^ g) << 4) + 4 * t;
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(dsf[kk][q]) : "memory");
+          }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");  // both consumer warpgroups
+      }
+      float dq[DQ ? 32 : 1];
+
+      // KV: dK += dSᵀ·Q (str1), dV += Pᵀ·dO (str2). Q: dQ += dS·K (str1). DQ: first dQ's 64
+      // columns of this warpgroup = dS·K, K the resident tile's half cw.
       sm90_pin<O_REGS>(acc1);
       if (KV) sm90_pin<O_REGS>(acc2);
       sm90_wgmma_fence();
+      if (DQ) {
+        const unsigned k_half = res_tiles + (2 * rb) * RES_BYTES + cw * RES_HALF;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+          sm90_mma_ss_tt_n64<F16>(dq, sm90_desc(ds_tile + kk * 16 * 128, DS_BYTES, 1024),
+                                  sm90_desc(k_half + kk * 16 * 128, RES_HALF, 1024), kk > 0);
+        sm90_wgmma_commit();
+      }
 #pragma unroll
       for (int kk = 0; kk < 4; kk++)
         sm90_mma_rs<DH, F16>(acc1, dsf[kk], sm90_desc(str1 + kk * 16 * 128, STR_HALF, 1024));
@@ -251,6 +317,20 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
           sm90_mma_rs<DH, F16>(acc2, pf[kk], sm90_desc(str2 + kk * 16 * 128, STR_HALF, 1024));
       }
       sm90_wgmma_commit();
+      if (DQ) {  // dQ's group is done while dK and dV's run: add its rows that exist
+        sm90_wgmma_wait<1>();
+        sm90_pin<32>(dq);
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          const int qi = s0 + 16 * warp + g + 8 * half;
+          if (qi >= it.e.q_len) continue;
+          float *row = dq_acc + (it.e.q_start + qi) * r.d + it.h * DH + 64 * cw + 2 * t;
+#pragma unroll
+          for (int nb = 0; nb < 8; nb++)
+            sm90_red_add2(row + 8 * nb, dq[4 * nb + 2 * half] * r.scale,
+                          dq[4 * nb + 2 * half + 1] * r.scale);
+        }
+      }
       sm90_wgmma_wait<0>();
       sm90_pin<O_REGS>(acc1);
       if (KV) sm90_pin<O_REGS>(acc2);

@@ -39,6 +39,7 @@ enum {
   ATTN_WS_AMAX = 19,          // tensor t's finite amax, as the bits of a float
   ATTN_WS_PMA_PARTIAL = 20,   // PMA dQ: fp32 [chunks][seeds][d] partial sums; tensor dQ
   ATTN_WS_TINY_PARTIAL = 21,  // tiny key sets: fp32 [B][chunks][dK, dV][keys][d]; tensor dO
+  ATTN_WS_DQ_ACC = 22,        // sm_90a atomic dQ: fp32 rows x d, zeroed, then cast; tensor dQ
 };
 
 // --- the node ---------------------------------------------------------------------------
@@ -95,6 +96,13 @@ bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a);
 // The sm_90a backward: dQ (kv false; g1 = dQ) or dK and dV (kv true; g1 = dK, g2 = dV, either
 // -1 when not wanted), of element type grad_type, with the softmax statistics `stats`.
 bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a);
+// Whether the backward takes dQ inside the dK/dV kernel: @schedule(deterministic = false) on
+// an attention the sm_90a backward runs at head dim 128 (emit_attention_backward_sm90_fused).
+bool attn_sm90_fused_dq_applies(const Lower *L, const AttnNode *a);
+// dQ with dK and dV (either may be -1): zero an fp32 workspace, the dK/dV kernel adding each
+// key tile's part of dQ into it with float atomics, and a cast into dq.
+void emit_attention_backward_sm90_fused(Lower *L, int node, const AttnNode *a, int dq, int dk,
+                                        int dv, const char *grad_type, LaunchArg stats);
 void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
                                   const char *grad_type, LaunchArg stats);
 bool emit_attention_quantized(Lower *L, int node);

@@ -97,6 +97,19 @@ static bool emit_forward(Lower *L, int node) {
   return true;
 }
 
+// The element type of the dK and dV outputs that exist (siblings who[1], who[2]), or NULL when
+// neither does or they differ.
+static const char *fused_kv_type(const Ir *ir, const int *who) {
+  const char *t = NULL;
+  for (int s = 1; s < 3; s++) {
+    if (who[s] < 0) continue;
+    const char *e = attn_elem_type(ir->tensors[ir->nodes[who[s]].out].dtype);
+    if (!e || (t && strcmp(t, e) != 0)) return NULL;
+    t = e;
+  }
+  return t;
+}
+
 // The backward of one attention, split by op so that each call needs one tile list:
 //   attention_bwd_q: [softmax row statistics], dQ (PMA: summed over the examples in-kernel)
 //   attention_bwd_k: dK, and dV too when an attention_bwd_v sibling exists
@@ -108,6 +121,7 @@ static bool emit_backward(Lower *L, int node) {
   const Node *n = &ir->nodes[node];
   int who[3];  // q, k, v
   attn_siblings(ir, n, who);
+  int all[3] = {who[0], who[1], who[2]};
   if (n->op == OP_ATTENTION_BWD_Q) {
     if (who[0] != node) return true;
     who[1] = who[2] = -1;
@@ -138,6 +152,10 @@ static bool emit_backward(Lower *L, int node) {
   StrBuf body = {0};
   bool pma = a.q_shared;  // dQ: one block per (seed tile, head), summing the examples in order
   bool sm90 = attn_sm90_backward_applies(L, &a);  // dQ on the sm_90a kernel, with its own list
+  // @schedule(deterministic = false): dQ inside the dK/dV kernel, all emitted at dQ's node.
+  const char *kv_type = fused_kv_type(ir, all);
+  bool fused = all[0] >= 0 && kv_type && !pma && attn_sm90_fused_dq_applies(L, &a);
+  if (fused && who[0] < 0) return true;  // the dK/dV node: its launches came with dQ's
   int q_tiles = -1;  // the 64-row list of the mma.sync dQ and of the statistics (PMA: theirs)
   if (who[0] >= 0 && (softmax || (!pma && !sm90))) q_tiles = attn_tile_list(L, &a, node, 64, false);
 
@@ -158,6 +176,12 @@ static bool emit_backward(Lower *L, int node) {
     sb_free(&body);
   }
 
+  if (fused) {
+    emit_attention_backward_sm90_fused(L, node, &a, ir->nodes[all[0]].out,
+                                       all[1] >= 0 ? ir->nodes[all[1]].out : -1,
+                                       all[2] >= 0 ? ir->nodes[all[2]].out : -1, kv_type, stats);
+    return true;
+  }
   if (who[0] >= 0 && sm90 && !pma) {  // dQ on the sm_90a kernel
     emit_attention_backward_sm90(L, node, &a, false, ir->nodes[who[0]].out, -1, gt[0], stats);
   } else if (who[0] >= 0) {  // dQ

@@ -90,23 +90,32 @@ bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a) {
          backward_smem(a->dh, 2) <= SM90_MAX_SMEM;
 }
 
-void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
-                                  const char *grad_type, LaunchArg stats) {
+bool attn_sm90_fused_dq_applies(const Lower *L, const AttnNode *a) {
+  return a->n->sched.deterministic == 2 && a->dh == 128 && attn_sm90_backward_applies(L, a) &&
+         sm90_attn_backward_dq_smem(a->dh, 2) <= SM90_MAX_SMEM;
+}
+
+// One backward kernel: KV (dK into g1, dV into g2; with dq_acc, dQ added into it too) or Q
+// (dQ into g1).
+static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
+                            const char *grad_type, LaunchArg stats, const LaunchArg *dq_acc) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
   if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_BACKWARD_CUH"))
     sb_puts(&L->src, kernel_attention_sm90_backward_cuh);
   bool softmax = n->act == ACT_SOFTMAX;
-  int stages = sm90_attn_backward_stages(a->dh);
+  int stages = dq_acc ? sm90_attn_backward_dq_stages(a->dh) : sm90_attn_backward_stages(a->dh);
+  int smem = dq_acc ? (int)sm90_attn_backward_dq_smem(a->dh, stages) : backward_smem(a->dh, stages);
   char kernel[128];
-  snprintf(kernel, sizeof kernel, "%s_bwd_%s", a->name, kv ? "kv" : "q");
-  attn_kernel_comment(L, n, kv ? "bwd: dK, dV" : "bwd: dQ");
+  snprintf(kernel, sizeof kernel, "%s_bwd_%s", a->name, dq_acc ? "qkv" : kv ? "kv" : "q");
+  attn_kernel_comment(L, n, dq_acc ? "bwd: dK, dV, and dQ by float atomics" : kv ? "bwd: dK, dV" : "bwd: dQ");
   int tiles = attn_tile_list(L, a, node, 128, kv);
   L->tiles[tiles].persistent = true;
   KernelBuilder kb;
-  kb_begin_persistent(&kb, L, node, kernel, tiles, SM90_THREADS, backward_smem(a->dh, stages));
+  kb_begin_persistent(&kb, L, node, kernel, tiles, SM90_THREADS, smem);
   if (g1 >= 0) kb_tensor_out(&kb, kv ? "dk" : "dq", g1);
   if (g2 >= 0) kb_tensor_out(&kb, "dv", g2);
+  if (dq_acc) kb_workspace(&kb, "float", "dq_acc", *dq_acc, true);
   int maps[4] = {kv ? a->k : a->q, kv ? a->v : a->dout, kv ? a->q : a->k, kv ? a->dout : a->v};
   const char *names[4] = {"res1_map", "res2_map", "str1_map", "str2_map"};
   for (int i = 0; i < 4; i++) kb_tensor_map(&kb, names[i], maps[i], i < 2 ? 128 : 64);
@@ -119,12 +128,41 @@ void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv
   char null_grad[40];
   snprintf(null_grad, sizeof null_grad, "(%s *)0", grad_type);
   sb_printf(&body,
-            "  attn_backward_sm90<%lld, %s, %d, %s, %s, %s>(%s, %s,\n"
-            "      res1_map, res2_map, str1_map, str2_map, rows, tiles, (int)tile_count, %s);\n",
+            "  attn_backward_sm90<%lld, %s, %d, %s, %s, %s%s>(%s, %s,\n"
+            "      res1_map, res2_map, str1_map, str2_map, rows, tiles, (int)tile_count, %s%s);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), stages,
             ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false", kv ? "true" : "false",
-            a->simt ? "true" : "false", g1 >= 0 ? (kv ? "dk" : "dq") : null_grad, g2 >= 0 ? "dv" : null_grad,
-            softmax ? "stats" : "(const float *)0");
+            a->simt ? "true" : "false", dq_acc ? ", true" : "",
+            g1 >= 0 ? (kv ? "dk" : "dq") : null_grad, g2 >= 0 ? "dv" : null_grad,
+            softmax ? "stats" : "(const float *)0", dq_acc ? ", dq_acc" : "");
   kb_end(&kb, body.data);
   sb_free(&body);
+}
+
+void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
+                                  const char *grad_type, LaunchArg stats) {
+  backward_kernel(L, node, a, kv, g1, g2, grad_type, stats, NULL);
+}
+
+void emit_attention_backward_sm90_fused(Lower *L, int node, const AttnNode *a, int dq, int dk,
+                                        int dv, const char *grad_type, LaunchArg stats) {
+  const Ir *ir = L->ir;
+  SymSize elems = sym_scale(tensor_rows(ir, dq), a->d);
+  LaunchArg acc = lower_workspace_arg(dq, ATTN_WS_DQ_ACC, dq, sym_scale(elems, 4));
+  lower_zero(L, node, acc, sym_scale(elems, 4));
+  backward_kernel(L, node, a, true, dk, dv, grad_type, stats, &acc);
+  char kernel[128];
+  snprintf(kernel, sizeof kernel, "%s_bwd_q_cast", a->name);
+  attn_kernel_comment(L, a->n, "bwd: dQ from its fp32 sums");
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, kernel, elems, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_tensor_out(&kb, "dq", dq);
+  kb_workspace(&kb, "float", "dq_acc", acc, false);
+  kb_size(&kb, "elems", elems);
+  char body[256];
+  snprintf(body, sizeof body,
+           "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+           "  if (i < elems) %s(dq, i, dq_acc[i]);\n",
+           dtype_store(ir->tensors[dq].dtype));
+  kb_end(&kb, body);
 }

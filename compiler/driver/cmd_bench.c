@@ -1,4 +1,5 @@
-// cmd_bench.c: `gemc bench gdpa [--act ACT] [--reps N] [--quick] [--lengths FILE]... [--deal D]`,
+// cmd_bench.c: `gemc bench gdpa [--act ACT] [--reps N] [--quick] [--lengths FILE]... [--deal D]
+// [--atomic-dq]`,
 // the GDPA benchmark of the generated attention kernels (runtime/bench/gdpa_bench.h,
 // docs/gdpa_bench.md): forward and backward TFLOP/s over the real jagged lengths on three
 // definitions of the public shapes side by side (Meta's self s, jagged self, cross KV=256),
@@ -26,7 +27,7 @@
 
 static const char bench_usage[] =
     "usage: gemc bench gdpa [--act gelu|gelu_taylor|silu|softmax|...] [--reps N] [--quick]\n"
-    "                       [--lengths FILE]... [--deal lpt|zigzag]\n"
+    "                       [--lengths FILE]... [--deal lpt|zigzag] [--atomic-dq]\n"
     "       gemc bench gemm [--model FILE]... [--reps N] [--compile-only sm_90a|sm_100a]\n";
 
 static int bench_usage_error(const char *what, const char *arg) {
@@ -48,6 +49,8 @@ static void print_bench_help(void) {
          "  --lengths FILE  time the batch of FILE instead (one 'lq lk' pair a line, '#'\n"
          "                  comments); repeatable, one row per file\n"
          "  --deal D        how persistent kernels' tiles are dealt: lpt (default) or zigzag\n"
+         "  --atomic-dq     the backward as @schedule(deterministic = false) emits it: dQ added\n"
+         "                  with float atomics inside the dK/dV kernel (sm_90a, head dim 128)\n"
          "  gemm            cuBLASLt against the generated bf16 GEMM (kernels/gemm.cuh, docs/perf.md)\n"
          "                  on every GEMM launch of the models' training plans, B = the model's batch\n"
          "                  and each jagged total T = B * max / 2, then 4096^3 and 8192^3\n"
@@ -175,6 +178,8 @@ int cmd_bench(const CliOptions *o) {
       return GEMC_EXIT_OK;
     } else if (strcmp(a, "--quick") == 0) {
       b.quick = gdpa_only = true;
+    } else if (strcmp(a, "--atomic-dq") == 0) {
+      b.atomic_dq = gdpa_only = true;
     } else if (strncmp(a, "--act", 5) == 0 && (a[5] == '=' || a[5] == '\0')) {
       value = a[5] == '=' ? a + 6 : i + 1 < o->nrest ? o->rest[++i] : NULL;
       if (!value) return bench_usage_error("--act needs a value", NULL);
@@ -226,7 +231,7 @@ int cmd_bench(const CliOptions *o) {
   if (!what) return bench_usage_error("say what to benchmark:", "gdpa or gemm");
   if (strcmp(what, "gemm") == 0) {
     if (gdpa_only)
-      return bench_usage_error("--act, --quick, --lengths and --deal are options of",
+      return bench_usage_error("--act, --quick, --lengths, --deal and --atomic-dq are options of",
                                "'gemc bench gdpa'");
     if (nmodels == 0)
       for (size_t i = 0; i < sizeof default_gemm_models / sizeof *default_gemm_models; i++)

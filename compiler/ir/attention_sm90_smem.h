@@ -5,7 +5,7 @@
 // Header-only; in compiler/ir because all three see that layer.
 // defines: SM90_ATTN_TILE_Q, SM90_ATTN_MAX_SMEM, sm90_attn_forward_smem,
 //          sm90_attn_backward_smem, sm90_attn_default_tile_kv, sm90_attn_forward_stages,
-//          sm90_attn_backward_stages
+//          sm90_attn_backward_stages, sm90_attn_backward_dq_smem, sm90_attn_backward_dq_stages
 #ifndef GEMC_ATTENTION_SM90_SMEM_H
 #define GEMC_ATTENTION_SM90_SMEM_H
 
@@ -27,6 +27,11 @@ static inline int64_t sm90_attn_backward_smem(int64_t dh, int64_t stages) {
   return 1024 + 2 * 2 * 128 * dh * 2 + 2 * stages * 64 * dh * 2 + 8 * (4 + 3 * stages);
 }
 
+// With dQ in the dK/dV kernel (@schedule(deterministic = false)): two 128 x 64 bf16 dSᵀ tiles.
+static inline int64_t sm90_attn_backward_dq_smem(int64_t dh, int64_t stages) {
+  return sm90_attn_backward_smem(dh, stages) + 2 * 128 * 64 * 2;
+}
+
 // The default key tile: 128 keys, but 64 over a set of at most 64 keys (kv_set: the set's size,
 // 0 for a jagged or dense kv), where a 128-key tile would be mostly masked.
 static inline int sm90_attn_default_tile_kv(int64_t kv_set) {
@@ -43,6 +48,11 @@ static inline int sm90_attn_forward_stages(int64_t dh, int64_t tile_kv) {
 static inline int sm90_attn_backward_stages(int64_t dh) {
   int stages = 2;
   while (stages < 4 && sm90_attn_backward_smem(dh, stages + 1) <= SM90_ATTN_MAX_SMEM) stages++;
+  return stages;
+}
+static inline int sm90_attn_backward_dq_stages(int64_t dh) {
+  int stages = 2;
+  while (stages < 4 && sm90_attn_backward_dq_smem(dh, stages + 1) <= SM90_ATTN_MAX_SMEM) stages++;
   return stages;
 }
 

@@ -159,6 +159,7 @@ typedef struct Schedule {
   int tile_q, tile_kv, tile_m, tile_n, tile_k, stages;
   int zigzag;        // 0 unset, 1 on, 2 off
   int gelu_taylor;   // 0 unset, 1 taylor, 2 exact
+  int deterministic; // 0 unset, 1 true, 2 false (attention: dQ by float atomics)
 } Schedule;
 
 // IR_MAX_INPUTS bounds every node (table_grad takes a table and up to 15 (ids, dy) pairs);

@@ -142,7 +142,8 @@ static void attention_rule(Ad *a, int node, const Node *f, int dy) {
     n.op = ops[k];
     n.ins[3] = dy;
     n.nins = 4;
-    n.sched = (Schedule){.gelu_taylor = f->sched.gelu_taylor};
+    n.sched = (Schedule){.gelu_taylor = f->sched.gelu_taylor,
+                         .deterministic = f->sched.deterministic};
     ad_emit(a, n, f->ins[k], slot);
   }
 }

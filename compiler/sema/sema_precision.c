@@ -62,15 +62,6 @@ static const char *hint_ops(Hint h) {
   return "?";
 }
 
-// deterministic = false is refused, with why (docs/schedules.md).
-static void refuse_nondeterministic(Sema *S, const Expr *v) {
-  diag_error(S->d, v->loc, "schedule hint 'deterministic' takes only true, found false: gemc "
-             "offers no atomic dQ");
-  diag_note(S->d, v->loc, "every attention backward kernel gives each element of dQ, dK and dV "
-            "one writer and adds in a fixed order, so gradients are the same bits on every run; "
-            "an atomic dQ would add the key tiles' parts in the order their blocks finish");
-}
-
 // Reads one hint's value into c->sched; false after reporting.
 static bool read_hint(Sema *S, Call *c, Hint h, const Expr *v) {
   const char *name = hint_names[h];
@@ -89,11 +80,7 @@ static bool read_hint(Sema *S, Call *c, Hint h, const Expr *v) {
     }
     if (h == HINT_ZIGZAG) c->sched.zigzag = which;
     else if (h == HINT_GELU) c->sched.gelu_taylor = which;
-    else if (which == 2) {
-      refuse_nondeterministic(S, v);
-      return false;
-    }
-    // deterministic = true is what every kernel gemc emits does already: checked, not stored.
+    else c->sched.deterministic = which;
     return true;
   }
   int64_t n;

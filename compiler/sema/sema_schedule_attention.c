@@ -6,8 +6,9 @@
 //   - bf16 with d / heads a multiple of 16: the mma.sync kernel;
 //   - fp32, fp16 and other head dims: the SIMT kernel; fp8 and mxfp8: the quantized kernel.
 // Each kernel takes a few values of tile_q, tile_kv, tile_m and stages; any other value is an
-// error that lists the ones it takes. zigzag and gelu act on every kernel, and deterministic =
-// true is read (and false refused) in sema_precision.c.
+// error that lists the ones it takes. zigzag and gelu act on every kernel. deterministic = true
+// is what every kernel does; deterministic = false (dQ added with float atomics inside the
+// dK/dV kernel) is taken only by the sm_90a kernel at head dim 128.
 #include <inttypes.h>
 #include <string.h>
 
@@ -155,6 +156,15 @@ static void refuse_sm90_stages(Sema *S, const Call *c, Values fit, int64_t dh, i
 
 void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh, int64_t kv_set) {
   Pick p = pick_kernel(S, c, dh);
+  if (given(c, HINT_DETERMINISTIC) && c->sched.deterministic == 2 &&
+      (p.kernel != KERNEL_SM90 || dh != 128)) {
+    const char *why = p.kernel == KERNEL_SM90
+                          ? sema_fmt(S, " at d / heads = %" PRId64, dh)
+                          : p.why;
+    diag_error(S->d, c->hint_loc[HINT_DETERMINISTIC], "schedule hint 'deterministic' takes only "
+               "true on %s%s, found false: the atomic dQ (deterministic = false) runs on the "
+               "sm_90a attention kernel at d / heads = 128", p.name, why);
+  }
   bool kv_ok = !given(c, HINT_TILE_KV) || has(takes(p.kernel, HINT_TILE_KV, dh, 0),
                                                c->sched.tile_kv);
   int bn = given(c, HINT_TILE_KV) && kv_ok ? c->sched.tile_kv : sm90_attn_default_tile_kv(kv_set);

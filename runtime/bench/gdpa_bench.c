@@ -152,11 +152,13 @@ typedef struct Compiled {
 } Compiled;
 
 static bool compile_case(const GdpaCase *c, const char *arch, const char *cache, bool load,
-                         bool deal_zigzag, Compiled *out, char *err, size_t err_size) {
+                         bool deal_zigzag, bool atomic_dq, Compiled *out, char *err,
+                         size_t err_size) {
   StrBuf src = {0};
   memset(out, 0, sizeof *out);
   void *cubin = NULL;
-  if (!gdpa_case_emit_batch(c, BENCH_B, "b.", &out->arena, &src, &out->e)) {
+  GdpaEmitOptions x = {.atomic_dq = atomic_dq};
+  if (!gdpa_case_emit_with(c, &x, BENCH_B, "b.", &out->arena, &src, &out->e)) {
     char name[128];
     gdpa_case_name(c, name, sizeof name);
     fail(err, err_size, "the attention emitter refused %s", name);
@@ -213,20 +215,20 @@ static bool compile_all(const GdpaBenchOptions *o, const char *arch, bool load,
     bool pma = i == KERNEL_PMA16 || i == KERNEL_PMA32;
     GdpaCase c = kernel_case((BenchKernel)i, o->act, max_q, pma ? pma_kv : max_kv);
     if (need[i] &&
-        !compile_case(&c, arch, o->cache_dir, load, o->deal_zigzag, &k->main[i], err, err_size))
+        !compile_case(&c, arch, o->cache_dir, load, o->deal_zigzag, o->atomic_dq, &k->main[i], err, err_size))
       return false;
   }
   if (o->quick || o->nlengths > 0) return true;
   for (int i = 0; i < NUM_OTHER_ACTS; i++) {
     GdpaCase x = kernel_case(KERNEL_SELF, other_acts[i], max_q, max_q);
     if (other_acts[i] != o->act &&
-        !compile_case(&x, arch, o->cache_dir, load, o->deal_zigzag, &k->other[i], err, err_size))
+        !compile_case(&x, arch, o->cache_dir, load, o->deal_zigzag, o->atomic_dq, &k->other[i], err, err_size))
       return false;
   }
   for (int i = 0; i < 2; i++) {
     GdpaCase x = kernel_case(KERNEL_SELF, o->act, max_q, max_q);
     x.tile_q = block_shapes[i][0], x.tile_m = block_shapes[i][1];
-    if (!compile_case(&x, arch, o->cache_dir, load, o->deal_zigzag, &k->shapes[i], err, err_size))
+    if (!compile_case(&x, arch, o->cache_dir, load, o->deal_zigzag, o->atomic_dq, &k->shapes[i], err, err_size))
       return false;
   }
   return true;
@@ -404,6 +406,9 @@ static void print_header(const GdpaBenchOptions *o, FILE *out, bool table) {
             act_name(o->act));
   fprintf(out, "TFLOP/s of useful FLOPs over the real lengths: fwd 4*H*dh*sum(lq*lk), bwd counted "
                "as 2.5x fwd; mean of %d runs after a warm-up\n", o->reps);
+  if (o->atomic_dq)
+    fprintf(out, "backward with @schedule(deterministic = false): dQ added with float atomics in "
+                 "the dK/dV kernel where it applies (sm_90a, dh 128)\n");
 }
 
 static void print_footer(const GdpaBenchOptions *o, FILE *out, bool table) {

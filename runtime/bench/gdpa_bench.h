@@ -27,6 +27,7 @@ typedef struct GdpaBenchOptions {
   bool quick;                // N=1024 only, and no extra rows or sections
   const char *cache_dir;     // cubin cache (jit_cache.h); NULL: compile every time
   const char *compile_only;  // an arch: compile every kernel for it, run nothing (no GPU)
+  bool atomic_dq;            // emit with @schedule(deterministic = false): dQ inside dK/dV
   bool deal_zigzag;          // deal persistent tile lists back and forth, not LPT (an A/B of
                              // the deal: a zigzag list is a valid persistent list, no holes)
   // Batches to time instead of the tables (--lengths FILE), each with its file's name: one

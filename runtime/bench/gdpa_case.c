@@ -96,7 +96,7 @@ bool gdpa_case_emit_with(const GdpaCase *c, const GdpaEmitOptions *x, int64_t ba
             .shape = c->shape, .heads = c->heads, .window = c->window, .scale = c->scale,
             .hstu_norm = c->hstu_norm,
             .sched = {.tile_q = c->tile_q, .tile_m = c->tile_m, .tile_kv = x->tile_kv,
-                      .stages = x->stages}};
+                      .stages = x->stages, .deterministic = x->atomic_dq ? 2 : 0}};
   int fwd = ir_add_node(ir, &n);
   ir_begin_backward(ir);
   e->dout = add_tensor(ir, arena, prefix, "attn.grad", TENSOR_INPUT, ol, q->jag, ok, d, T);
@@ -120,7 +120,9 @@ bool gdpa_case_emit_with(const GdpaCase *c, const GdpaEmitOptions *x, int64_t ba
     b.out = outs[i];
     b.ins[3] = e->dout;
     b.nins = 4;
-    if (x->model_backward) b.sched = (Schedule){.gelu_taylor = n.sched.gelu_taylor};
+    if (x->model_backward)
+      b.sched = (Schedule){.gelu_taylor = n.sched.gelu_taylor,
+                           .deterministic = n.sched.deterministic};
     bwd[i] = ir_add_node(ir, &b);
   }
   Plan p = {.arena = arena, .ir = ir, .target = x->target ? x->target : "sm_90a"};

@@ -38,6 +38,7 @@ typedef struct GdpaCase {
 // gdpa_case_emit_batch.
 typedef struct GdpaEmitOptions {
   int tile_kv, stages;  // more forward schedule hints (0: the compiler's choice)
+  bool atomic_dq;       // @schedule(deterministic = false): dQ inside the sm_90a dK/dV kernel
   bool model_backward;  // the backward nodes carry only the gelu hint, as autodiff makes them
                         // (else they copy every hint of the forward node)
   bool forward_only;    // emit the forward node's launches only

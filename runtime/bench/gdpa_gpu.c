@@ -248,6 +248,18 @@ bool gdpa_launch_range(GdpaBatch *bt, int from, int to, char *err, size_t err_si
   const GdpaEmitted *e = bt->e;
   for (int li = from; li < to; li++) {
     const Launch *l = &e->launches[li];
+    if (l->kind == LAUNCH_ZERO) {  // a workspace (or tensor) to zero before the next kernel
+      GpuPtr z;
+      if (l->zero_arg.kind == ARG_WORKSPACE) {
+        if (!workspace(bt, &l->zero_arg, &z, err, err_size)) return false;
+      } else if (l->zero_arg.kind == ARG_TENSOR) {
+        z = bt->tensor[l->zero_arg.tensor];
+      } else {
+        return fail(err, err_size, "a zero launch of argument kind %d", (int)l->zero_arg.kind);
+      }
+      if (!gdpa_gpu_memset0(z, (size_t)sym_eval(bt, l->zero_bytes), err, err_size)) return false;
+      continue;
+    }
     union {
       GpuPtr ptr;
       long long i;

@@ -1,6 +1,6 @@
 // bench_gdpa.c: the standalone GDPA benchmark, the same as `gemc bench gdpa` (runtime/
 // gdpa_bench.h) with a cubin cache directory of its own and a compile-only mode.
-//   bench_gdpa [--cache DIR] [--compile-only ARCH] [--act ACT] [--reps N] [--quick]
+//   bench_gdpa [--cache DIR] [--compile-only ARCH] [--act ACT] [--reps N] [--quick] [--atomic-dq]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +14,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--compile-only") && i + 1 < argc) o.compile_only = argv[++i];
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) o.reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quick")) o.quick = true;
+    else if (!strcmp(argv[i], "--atomic-dq")) o.atomic_dq = true;
     else if (!strcmp(argv[i], "--act") && i + 1 < argc && act_from_name(argv[i + 1], &o.act)) i++;
     else return fprintf(stderr, "bench_gdpa: unknown or incomplete option '%s'\n", argv[i]), 2;
   }

@@ -49,6 +49,11 @@ static const GdpaCase gdpa_test_cases[] = {
     // long sequences: many more work items than SMs, so each persistent CTA walks several
     {ATTN_SELF, ACT_SOFTMAX, false, 0, false, 4, 64, 0, 0, 2000, 2000, 0.125, 0, 0, 0},
     {ATTN_SELF, ACT_GELU, true, 0, false, 2, 128, 0, 0, 1500, 1500, 0.088, 0, 0, 0},
+    // head dim 128 without a mask, and under a window (test_gdpa also runs every dh 128 case
+    // with dQ inside the dK/dV kernel, @schedule(deterministic = false))
+    {ATTN_SELF, ACT_GELU, false, 0, false, 2, 128, 0, 0, 700, 700, 0.088, 0, 0, 0},
+    {ATTN_SELF, ACT_SOFTMAX, false, 90, false, 2, 128, 0, 0, 300, 300, 0.088, 0, 0, 0},
+    {ATTN_CROSS, ACT_SOFTMAX, false, 0, false, 2, 128, 0, 0, 300, 150, 0.088, 0, 0, 16},
 };
 
 enum { GDPA_NUM_TEST_CASES = (int)(sizeof gdpa_test_cases / sizeof gdpa_test_cases[0]) };

@@ -167,20 +167,25 @@ echo "== $GEMC bench gdpa --act gelu --reps $REPS ${ARGS[*]}"
 GEMC_RC=$?
 cat "$OUT/gemc.log"
 [ $GEMC_RC = 0 ] || { echo "== gemc failed (exit $GEMC_RC):"; cat "$OUT/gemc.err"; }
+# The same batches with @schedule(deterministic = false): dQ by float atomics in the dK/dV kernel.
+echo "== $GEMC bench gdpa --atomic-dq --act gelu --reps $REPS ..."
+"$GEMC" bench gdpa --atomic-dq --act gelu --reps "$REPS" "${ARGS[@]}" >"$OUT/gemc_atomic.log" \
+  2>"$OUT/gemc_atomic.err" || { echo "== gemc --atomic-dq failed:"; cat "$OUT/gemc_atomic.err"; }
+cat "$OUT/gemc_atomic.log"
 
 # --- one table ----------------------------------------------------------------------------
 peer_field() {  # CELL FIELD: a field of the peer's CSV line for CELL (fwd_TFLOPs: 6, bwd: 8)
   awk -F, -v c="$1" -v i="$2" '$1 == c && $2 !~ /^ERR/ { print $i; exit }' "$OUT/peer.log"
 }
-gemc_field() {  # FILE COLUMN: a column of gemc's row for FILE, trimmed
+gemc_field() {  # FILE COLUMN [LOG]: a column of gemc's row for FILE, trimmed
   awk -F'|' -v f="$1" -v i="$2" '{ g = $2; gsub(/^ +| +$/, "", g) }
-    g == f { v = $i; gsub(/^ +| +$/, "", v); print v; exit }' "$OUT/gemc.log"
+    g == f { v = $i; gsub(/^ +| +$/, "", v); print v; exit }' "${3:-$OUT/gemc.log}"
 }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else printf "-" }'; }
 echo
 echo "gemc vs Meta's Triton GDPA on the same batches, this run (TFLOP/s fwd / bwd; ratio = gemc / Triton)"
-echo "| cell | batch | sum lq | gemc kernel | gemc fwd / bwd | Triton fwd / bwd | fwd ratio | bwd ratio | gemc tile spread |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| cell | batch | sum lq | gemc kernel | gemc fwd / bwd | Triton fwd / bwd | fwd ratio | bwd ratio | gemc bwd, atomic dQ | its ratio | gemc tile spread |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for i in "${!CELLS[@]}"; do
   c=${CELLS[$i]}
   f=$OUT/lengths/lengths-$c.txt
@@ -195,7 +200,9 @@ for i in "${!CELLS[@]}"; do
   triton=$([ -n "$tf" ] && echo "$tf / $tb" || echo "-")
   if [ -z "$tf" ] && grep -q "^$c,ERR" "$OUT/peer.log"; then triton="error ($OUT/peer.log)"; fi
   batch=$([ "${SOURCE[$i]}" = peer ] && echo "the peer's" || echo "own draw")
-  echo "| $c | $batch | $sum | $(gemc_field "$f" 7) | ${gf_gb:--} | $triton | $(ratio "$gf" "$tf") | $(ratio "$gb" "$tb") | $(gemc_field "$f" 10) |"
+  ga=$(gemc_field "$f" 8 "$OUT/gemc_atomic.log")
+  ga=${ga#* / }
+  echo "| $c | $batch | $sum | $(gemc_field "$f" 7) | ${gf_gb:--} | $triton | $(ratio "$gf" "$tf") | $(ratio "$gb" "$tb") | ${ga:--} | $(ratio "$ga" "$tb") | $(gemc_field "$f" 10) |"
 done
 echo "lengths files and logs: $OUT"
 [ $GEMC_RC = 0 ] || exit 1

@@ -20,6 +20,7 @@
 #include "gdpa_case.h"
 #include "../gpu/gdpa_cases.h"
 #include "attention.h"
+#include "attention_sm90_smem.h"
 #include "gpu_tiles.h"
 #include "load_model.h"
 #include "lower.h"
@@ -382,6 +383,69 @@ static void test_attention_codegen_sm90_schedule_changes_kernel(void **state) {
   assert_int_equal(smem3 - smem2, 2 * 64 * 64 * 2 + 8 * 4);  // one K and one V tile, 4 barriers
 }
 
+// The launches of case c's whole attention (forward and backward) on sm_90a, with or without
+// @schedule(deterministic = false), as "kind:kernel" names in order; the fused kernel's call.
+static int backward_launches(int c, bool atomic, const char *target, char names[][96], int cap,
+                             char call[160], int *fused_smem) {
+  Arena arena = {0};
+  StrBuf src = {0};
+  GdpaEmitted *e = calloc(1, sizeof *e);
+  GdpaEmitOptions x = {.atomic_dq = atomic, .target = target};
+  assert_true(gdpa_case_emit_with(&gdpa_test_cases[c], &x, 1, "a.", &arena, &src, e));
+  int n = 0;
+  for (int i = e->nforward; i < e->nlaunches && n < cap; i++, n++) {
+    const Launch *l = &e->launches[i];
+    snprintf(names[n], 96, "%s", l->kind == LAUNCH_ZERO ? "zero" : l->kernel);
+    if (l->kind != LAUNCH_ZERO && strstr(l->kernel, "_bwd_qkv")) *fused_smem = l->smem;
+  }
+  call[0] = 0;
+  const char *at = strstr(src.data, "attn_backward_sm90<128, ATTN_ACT_SOFTMAX, 2, false, true, false, true>");
+  if (at) snprintf(call, 160, "%.*s", (int)strcspn(at, "("), at);
+  sb_free(&src);
+  arena_free(&arena);
+  free(e);
+  return n;
+}
+
+static int find_launch(char names[][96], int n, const char *suffix) {
+  for (int i = 0; i < n; i++) {
+    size_t a = strlen(names[i]), b = strlen(suffix);
+    if (a >= b && strcmp(names[i] + a - b, suffix) == 0) return i;
+  }
+  return -1;
+}
+
+// @schedule(deterministic = false) at head dim 128 on sm_90a: the backward zeroes an fp32
+// workspace, runs one dK/dV kernel that also adds dQ (the DQ template argument, two more dSᵀ
+// tiles of shared memory), then casts dQ; no dQ kernel of its own. Elsewhere (head dim 64,
+// sm_100a) the hint leaves the deterministic kernels.
+static void test_attention_codegen_atomic_dq_fuses_backward(void **state) {
+  (void)state;
+  char names[16][96], call[160];
+  int smem = 0;
+  int n = backward_launches(6, false, NULL, names, 16, call, &smem);  // self softmax causal, dh 128
+  assert_true(find_launch(names, n, "_bwd_q") >= 0);
+  assert_true(find_launch(names, n, "_bwd_kv") >= 0);
+  assert_int_equal(find_launch(names, n, "_bwd_qkv"), -1);
+  assert_int_equal(find_launch(names, n, "zero"), -1);
+  n = backward_launches(6, true, NULL, names, 16, call, &smem);
+  int zero = find_launch(names, n, "zero"), fused = find_launch(names, n, "_bwd_qkv");
+  int cast = find_launch(names, n, "_bwd_q_cast");
+  assert_true(zero >= 0 && zero < fused && fused < cast);
+  assert_int_equal(find_launch(names, n, "_bwd_q"), -1);
+  assert_int_equal(find_launch(names, n, "_bwd_kv"), -1);
+  assert_true(find_launch(names, n, "_bwd_stats") >= 0);  // softmax: its row statistics first
+  assert_string_equal(call, "attn_backward_sm90<128, ATTN_ACT_SOFTMAX, 2, false, true, false, true>");
+  assert_int_equal(smem, sm90_attn_backward_dq_smem(128, 2));
+  assert_int_equal(smem - sm90_attn_backward_smem(128, 2), 2 * 128 * 64 * 2);
+  n = backward_launches(0, true, NULL, names, 16, call, &smem);  // dh 64
+  assert_int_equal(find_launch(names, n, "_bwd_qkv"), -1);
+  assert_true(find_launch(names, n, "_bwd_q") >= 0);
+  n = backward_launches(6, true, "sm_100a", names, 16, call, &smem);
+  assert_int_equal(find_launch(names, n, "_bwd_qkv"), -1);
+  assert_int_equal(find_launch(names, n, "zero"), -1);
+}
+
 // The sm_90a kernel takes a stage count only where its shared memory fits in 227 KB: at dh 128
 // with 128 keys a tile only 2 stages do; everything else fits 2, 3 and 4.
 static void test_attention_codegen_sm90_stages_fit_shared_memory(void **state) {
@@ -683,6 +747,7 @@ int main(void) {
       cmocka_unit_test(test_attention_codegen_refuses_unsupported_head_dim),
       cmocka_unit_test(test_attention_codegen_sm90_schedule_changes_kernel),
       cmocka_unit_test(test_attention_codegen_sm90_stages_fit_shared_memory),
+      cmocka_unit_test(test_attention_codegen_atomic_dq_fuses_backward),
       cmocka_unit_test(test_attention_codegen_mma_schedule_changes_kernel),
       cmocka_unit_test(test_attention_codegen_refuses_schedule_it_cannot_take),
       cmocka_unit_test(test_attention_codegen_zigzag_reaches_tile_list),
