@@ -195,6 +195,7 @@ test-models: $(BUILD)/gemc
 # codegen golden models' plans, run on the CPU, matches the CPU executor (plan_emu).
 test-codegen: $(BUILD)/gemc
 	@tests/codegen/nvrtc_check.sh $(BUILD)/gemc
+	@tests/codegen/cuda_on_cpu_check.sh
 	@tests/codegen/table_grad_emu.sh $(BUILD)/gemc
 	@JOBS=$(JOBS) tests/codegen/plan_emu_all.sh $(BUILD)/gemc
 	@tests/limits/run.sh $(BUILD)/gemc

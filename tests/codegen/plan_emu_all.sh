@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/codegen/plan_emu_all.sh GEMC: plan_emu.sh over every model it checks, JOBS at a time
-# (default: the cores; each run is a C++ compile, then one thread per emulated CUDA thread,
+# (default: the cores; each run is a C++ compile, then one fiber per emulated CUDA thread,
 # which leaves a core half idle), each one's output printed whole in this order. Exits 1 when
 # any failed, naming them.
 set -u
@@ -20,8 +20,10 @@ tests/codegen/attention_mx_head16.gem 1e-3
 defer:models/gem_tiny.gem 1e-4'
 echo "$cases" | awk '{ print NR, $1, $2 }' |
   xargs -P "$jobs" -n 3 sh -c 'case "$2" in defer:*) export GEMC_TEST_DEFER_TABLES=1 ;; esac
+    t0=$(date +%s)
     PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh "$0" "${2#defer:}" "$3" \
-    >"'"$dir"'/$1.log" 2>&1; echo $? >"'"$dir"'/$1.rc"' "$gemc"
+    >"'"$dir"'/$1.log" 2>&1; echo $? >"'"$dir"'/$1.rc"
+    echo "plan_emu: $2 took $(( $(date +%s) - t0 )) s" >>"'"$dir"'/$1.log"' "$gemc"
 i=0
 echo "$cases" | while read -r model tol; do
   i=$((i + 1))

@@ -1,7 +1,7 @@
 #!/bin/sh
 # tests/codegen/table_grad_emu.sh: the deterministic table gradient, checked without a GPU.
 # Emits tests/golden/codegen_small.gem, extracts the generated gather and apply kernels of
-# @tagt, compiles them with kernels/table_grad.cuh over cuda_on_cpu.h (C++20, std::thread)
+# @tagt, compiles them with kernels/table_grad.cuh over cuda_on_cpu.h (C++20, ucontext fibers)
 # and runs them on several batches (one id, none, many duplicates, several 1024-occurrence
 # tiles; tables of 16, 50 or 70, 3000, 9000 and 100000 rows: 1, 2, 3, 4 and 5 radix passes);
 # every result must equal the CPU reference bit for bit. Skips when no C++20 compiler exists.
