@@ -117,8 +117,12 @@ template <bool F16> __device__ __forceinline__ unsigned sm90_pack(float lo, floa
   return r;
 }
 
-// The accumulator operands of a wgmma: 32 (m64n64) or 64 (m64n128) fp32 registers per thread,
+// The accumulator operands of a wgmma: 8 (m64n16), 16 (m64n32), 32 (m64n64) or 64 (m64n128)
+// fp32 registers per thread,
 // as the asm register list and as the operand list over d[].
+#define SM90_REGS8 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define SM90_REGS16 \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
 #define SM90_REGS32 \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
@@ -127,6 +131,11 @@ template <bool F16> __device__ __forceinline__ unsigned sm90_pack(float lo, floa
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define SM90_ACC8(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define SM90_ACC16(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define SM90_ACC32(d) \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
   "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
@@ -160,6 +169,24 @@ template <bool F16> __device__ __forceinline__ unsigned sm90_pack(float lo, floa
                : ACC(d)                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
 
+// S over the small key tiles (16 or 32 keys: a set that small, where 64-key tiles would be
+// mostly masked).
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_ss_n16(float *d, unsigned long long a,
+                                                unsigned long long b, int accumulate) {
+  if (F16)
+    SM90_WGMMA_SS("m64n16k16", "f16.f16", SM90_REGS8, SM90_ACC8, "8", "9", "10");
+  else
+    SM90_WGMMA_SS("m64n16k16", "bf16.bf16", SM90_REGS8, SM90_ACC8, "8", "9", "10");
+}
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_ss_n32(float *d, unsigned long long a,
+                                                unsigned long long b, int accumulate) {
+  if (F16)
+    SM90_WGMMA_SS("m64n32k16", "f16.f16", SM90_REGS16, SM90_ACC16, "16", "17", "18");
+  else
+    SM90_WGMMA_SS("m64n32k16", "bf16.bf16", SM90_REGS16, SM90_ACC16, "16", "17", "18");
+}
 template <bool F16>
 __device__ __forceinline__ void sm90_mma_ss_n64(float *d, unsigned long long a,
                                                 unsigned long long b, int accumulate) {
@@ -199,7 +226,11 @@ __device__ __forceinline__ void sm90_mma_rs_n128(float *d, const unsigned *a,
 template <int N, bool F16>
 __device__ __forceinline__ void sm90_mma_ss(float *d, unsigned long long a, unsigned long long b,
                                             int accumulate) {
-  if (N == 64)
+  if (N == 16)
+    sm90_mma_ss_n16<F16>(d, a, b, accumulate);
+  else if (N == 32)
+    sm90_mma_ss_n32<F16>(d, a, b, accumulate);
+  else if (N == 64)
     sm90_mma_ss_n64<F16>(d, a, b, accumulate);
   else
     sm90_mma_ss_n128<F16>(d, a, b, accumulate);
@@ -351,13 +382,17 @@ __device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restri
   return true;
 }
 
-// The shared memory attn_forward_sm90 takes: 1 KB of alignment slack, two Q tiles, STAGES K
+// Q tiles in flight: two, or four over key tiles of at most 32 keys, where an item is little
+// more than its Q load and O store and the producer must run further ahead to keep HBM busy.
+#define SM90_Q_BUFFERS(BN) ((BN) <= 32 ? 4 : 2)
+// The shared memory attn_forward_sm90 takes: 1 KB of alignment slack, the Q tiles, STAGES K
 // and V tiles, the barriers.
-#define SM90_FORWARD_SMEM(DH, BN, STAGES) \
-  (1024 + 2 * 128 * (DH) * 2 + 2 * (STAGES) * (BN) * (DH) * 2 + 8 * (4 + 4 * (STAGES)))
+#define SM90_FORWARD_SMEM(DH, BN, STAGES)                                                  \
+  (1024 + SM90_Q_BUFFERS(BN) * 128 * (DH) * 2 + 2 * (STAGES) * (BN) * (DH) * 2 +          \
+   8 * (2 * SM90_Q_BUFFERS(BN) + 4 * (STAGES)))
 
 // ---------------------------------------------------------------------------------------------
-// The kernel body. DH: 64 or 128; BN: keys per tile, 64 or 128; F16: q, k, v are fp16 (else
+// The kernel body. DH: 64 or 128; BN: keys per tile, 16, 32, 64 or 128; F16: q, k, v are fp16 (else
 // bf16); `count` entries in `tiles`, dealt for gridDim.x CTAs.
 
 template <int DH, int ACT, int BN, int STAGES, bool F16, typename OT>
@@ -374,19 +409,20 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     S_REGS = BN / 2,                 // score accumulators per thread (64 x BN over 128)
     O_REGS = DH / 2,
     SOFTMAX = ACT == ATTN_ACT_SOFTMAX,
+    QBUF = SM90_Q_BUFFERS(BN),
   };
   extern __shared__ __align__(1024) unsigned char sm90_smem[];
   const unsigned base = (attn_smem_addr(sm90_smem) + 1023u) & ~1023u;  // the swizzle's period
-  const unsigned q_tiles = base;                           // [2]
-  const unsigned k_tiles = q_tiles + 2 * Q_BYTES;          // [STAGES]
+  const unsigned q_tiles = base;                           // [QBUF]
+  const unsigned k_tiles = q_tiles + QBUF * Q_BYTES;       // [STAGES]
   const unsigned v_tiles = k_tiles + STAGES * KV_BYTES;    // [STAGES]
   const unsigned q_full = v_tiles + STAGES * KV_BYTES;     // 8-byte barriers from here
-  const unsigned q_empty = q_full + 16, k_full = q_empty + 16;
+  const unsigned q_empty = q_full + 8 * QBUF, k_full = q_empty + 8 * QBUF;
   const unsigned v_full = k_full + 8 * STAGES, k_empty = v_full + 8 * STAGES;
   const unsigned v_empty = k_empty + 8 * STAGES;
 
   if (threadIdx.x == 0) {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < QBUF; i++) {
       sm90_bar_init(q_full + 8 * i, 1);
       sm90_bar_init(q_empty + 8 * i, 128 * SM90_CONSUMERS);
     }
@@ -410,8 +446,8 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     for (int index = blockIdx.x; index < count; index += gridDim.x) {
       Sm90Item it;
       if (!sm90_item<BN>(r, tiles, index, &it)) continue;
-      const int qb = n & 1;
-      sm90_bar_wait(q_empty + 8 * qb, ((n >> 1) & 1) ^ 1);
+      const int qb = n % QBUF;
+      sm90_bar_wait(q_empty + 8 * qb, ((n / QBUF) & 1) ^ 1);
       sm90_bar_expect(q_full + 8 * qb, Q_BYTES);
 #pragma unroll
       for (int half = 0; half < HALVES; half++)
@@ -448,8 +484,8 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
   for (int index = blockIdx.x; index < count; index += gridDim.x) {
     Sm90Item it;
     if (!sm90_item<BN>(r, tiles, index, &it)) continue;
-    const int qb = n & 1;
-    sm90_bar_wait(q_full + 8 * qb, (n >> 1) & 1);
+    const int qb = n % QBUF;
+    sm90_bar_wait(q_full + 8 * qb, (n / QBUF) & 1);
     n++;
     const unsigned q_rows = q_tiles + qb * Q_BYTES + cw * 64 * 128;
     const int row0 = it.i0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8

@@ -18,14 +18,16 @@ static int forward_smem(int64_t dh, int bn, int stages) {
   return (int)sm90_attn_forward_smem(dh, bn, stages);
 }
 
-// The key tile and pipeline depth: the schedule's tile_kv (64 or 128) and stages (2..4) when
-// given, else 128 keys (64 over a set of at most 64 keys) and as many stages as shared memory
-// holds (docs/schedules.md). Sema
+// The key tile and pipeline depth: the schedule's tile_kv (16, 32, 64 or 128) and stages (2..4)
+// when given, else 128 keys (the smallest of 16, 32, 64 over a set of at most 64 keys) and as
+// many stages as shared memory holds (docs/schedules.md). Sema
 // refuses any other value and any that does not fit (sema_schedule_attention.c); false here
 // for one that gets past it (an IR built without sema, or for another target).
 static bool sm90_shape(const AttnNode *a, int *bn, int *stages) {
   const Schedule *s = &a->n->sched;
-  if (s->tile_kv != 0 && s->tile_kv != 64 && s->tile_kv != 128) return false;
+  if (s->tile_kv != 0 && s->tile_kv != 16 && s->tile_kv != 32 && s->tile_kv != 64 &&
+      s->tile_kv != 128)
+    return false;
   if (s->stages != 0 && (s->stages < 2 || s->stages > 4)) return false;
   *bn = s->tile_kv ? s->tile_kv : sm90_attn_default_tile_kv(a->kv_jag < 0 ? a->kv_fixed : 0);
   *stages = s->stages;

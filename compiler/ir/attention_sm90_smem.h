@@ -4,7 +4,7 @@
 // schedules it accepts), codegen (the launch) and the autotuner (its candidates) share.
 // Header-only; in compiler/ir because all three see that layer.
 // defines: SM90_ATTN_TILE_Q, SM90_ATTN_MAX_SMEM, sm90_attn_forward_smem,
-//          sm90_attn_backward_smem, sm90_attn_default_tile_kv, sm90_attn_forward_stages,
+//          sm90_attn_forward_q_buffers, sm90_attn_backward_smem, sm90_attn_default_tile_kv, sm90_attn_forward_stages,
 //          sm90_attn_backward_stages, sm90_attn_backward_dq_smem, sm90_attn_backward_dq_stages
 #ifndef GEMC_ATTENTION_SM90_SMEM_H
 #define GEMC_ATTENTION_SM90_SMEM_H
@@ -16,10 +16,15 @@ enum {
   SM90_ATTN_MAX_SMEM = 227 * 1024,    // what one block may opt in to on an H100/H200
 };
 
-// 1 KB of alignment slack, two Q tiles, `stages` K and V tiles of tile_kv rows, the barriers.
+// The Q tiles the forward keeps in flight: two, or four over key tiles of at most 32 keys
+// (SM90_Q_BUFFERS).
+static inline int64_t sm90_attn_forward_q_buffers(int64_t tile_kv) { return tile_kv <= 32 ? 4 : 2; }
+
+// 1 KB of alignment slack, the Q tiles, `stages` K and V tiles of tile_kv rows, the barriers.
 static inline int64_t sm90_attn_forward_smem(int64_t dh, int64_t tile_kv, int64_t stages) {
-  return 1024 + 2 * SM90_ATTN_TILE_Q * dh * 2 + 2 * stages * tile_kv * dh * 2 +
-         8 * (4 + 4 * stages);
+  int64_t qbuf = sm90_attn_forward_q_buffers(tile_kv);
+  return 1024 + qbuf * SM90_ATTN_TILE_Q * dh * 2 + 2 * stages * tile_kv * dh * 2 +
+         8 * (2 * qbuf + 4 * stages);
 }
 
 // Two resident pairs of 128-row tiles, `stages` streamed pairs of 64 rows, the barriers.
@@ -32,10 +37,12 @@ static inline int64_t sm90_attn_backward_dq_smem(int64_t dh, int64_t stages) {
   return sm90_attn_backward_smem(dh, stages) + 2 * 128 * 64 * 2;
 }
 
-// The default key tile: 128 keys, but 64 over a set of at most 64 keys (kv_set: the set's size,
-// 0 for a jagged or dense kv), where a 128-key tile would be mostly masked.
+// The default key tile: 128 keys, but the smallest of 16, 32 and 64 that holds a set of at
+// most 64 keys (kv_set: the set's size, 0 for a jagged or dense kv), where a larger tile would
+// be mostly masked.
 static inline int sm90_attn_default_tile_kv(int64_t kv_set) {
-  return kv_set > 0 && kv_set <= 64 ? 64 : 128;
+  if (kv_set <= 0 || kv_set > 64) return 128;
+  return kv_set <= 16 ? 16 : kv_set <= 32 ? 32 : 64;
 }
 
 // The default pipeline depth: as many stages of 2..4 as fit (2 even when they do not).

@@ -37,7 +37,7 @@ typedef struct Pick {
 
 // The values of one hint a kernel takes.
 typedef struct Values {
-  int v[3];
+  int v[4];
   int n;
 } Values;
 
@@ -102,7 +102,7 @@ static Values takes(AttnKernel k, Hint h, int64_t dh, int bn) {
     else if (k == KERNEL_MMA) r = (Values){{64, 128}, 2};
     else r = (Values){{64}, 1};
     break;
-  case HINT_TILE_KV: r = k == KERNEL_SM90 ? (Values){{64, 128}, 2} : (Values){{64}, 1}; break;
+  case HINT_TILE_KV: r = k == KERNEL_SM90 ? (Values){{16, 32, 64, 128}, 4} : (Values){{64}, 1}; break;
   case HINT_TILE_M:
     if (k == KERNEL_MMA) r = (Values){{16, 32}, 2};
     break;
@@ -126,7 +126,7 @@ static bool has(Values vs, int v) {
 
 // "64", "64 or 128", "2, 3 or 4".
 static const char *values_text(Sema *S, Values vs) {
-  const char *items[3];
+  const char *items[4];
   for (int i = 0; i < vs.n; i++) items[i] = sema_fmt(S, "%d", vs.v[i]);
   return sema_list(S, items, vs.n);
 }

@@ -15,6 +15,7 @@
 #include "gdpa_gpu.h"        // defines: GdpaBatch, gdpa_gpu_*, gdpa_batch_*, gdpa_launch_range
 #include "gpu_tiles.h"       // defines: gpu_tiles_build, gpu_tiles_build_plain, gpu_tiles_spread
 #include "internal_error.h"  // defines: GEMC_ASSERT, GEMC_UNREACHABLE
+#include "target.h"          // defines: target_find (the HBM bandwidth of the roofline)
 
 enum { BENCH_B = 1152, BENCH_H = 4, BENCH_DH = 128 };
 
@@ -430,6 +431,27 @@ static void print_footer(const GdpaBenchOptions *o, FILE *out, bool table) {
                "grid of one CTA per tile).\n");
 }
 
+// The bytes a cross forward over a key set must move at least: Q read and O written once (bf16,
+// d = H·dh a row), and each example's K and V read once.
+static double cross_set_forward_bytes(const GdpaLengths *len) {
+  double rows = 0, keys = 0;
+  for (int64_t i = 0; i < len->n; i++) rows += (double)len->lq[i], keys += (double)len->lk[i];
+  return 2.0 * BENCH_H * BENCH_DH * (2 * rows + 2 * keys);
+}
+
+// A forward bound by memory (cross KV=16: 16 FLOP a byte) against the HBM roofline.
+static void print_bandwidth(const char *name, const GdpaLengths *len, const Measured *x,
+                            FILE *out) {
+  const Target *t = target_find("sm_90a");
+  double bytes = cross_set_forward_bytes(len), tbps = bytes / (x->fwd_ms * 1e-3) / 1e12;
+  double flops = 4.0 * BENCH_H * BENCH_DH * gdpa_lengths_pairs(len);
+  double roof = t->hbm_tb_per_s * 1e12 * flops / bytes / 1e12;
+  fprintf(out, "%s forward against HBM: %.1f MB moved at least (Q, O, K, V once) in %.4f ms: "
+               "%.2f TB/s, %.0f%% of %.1f TB/s; its roofline is %.0f TFLOP/s, %.0f reached\n",
+          name, bytes / 1e6, x->fwd_ms, tbps, 100 * tbps / t->hbm_tb_per_s, t->hbm_tb_per_s, roof,
+          x->fwd);
+}
+
 // The main table, one row per (definition, N). False when a CUDA call failed.
 static bool print_main_table(const GdpaBenchOptions *o, const BenchKernels *k, Bench *m,
                              FILE *out) {
@@ -437,6 +459,8 @@ static bool print_main_table(const GdpaBenchOptions *o, const BenchKernels *k, B
   fprintf(out, "| N | definition | lq | lk | kernel | gemc fwd / bwd | Triton fwd / bwd (issue "
                "table, not this run) | tile spread, before -> after |\n");
   fprintf(out, "|---|---|---|---|---|---|---|---|\n");
+  GdpaLengths kv16_len = {0};
+  Measured kv16 = {0};
   for (int i = 0; i < NUM_ROWS; i++) {
     const BenchRow *r = &bench_rows[i];
     if (o->quick && !row_in_quick(r)) continue;
@@ -445,7 +469,8 @@ static bool print_main_table(const GdpaBenchOptions *o, const BenchKernels *k, B
     BenchKernel which = row_kernel(r);
     Measured x;
     bool ok = measure(m, &k->main[which], &len, &x);
-    gdpa_lengths_free(&len);
+    if (ok && which == KERNEL_CROSS_KV16) kv16 = x, kv16_len = len;
+    else gdpa_lengths_free(&len);
     if (!ok) return false;
     char peer[32], spread[64];
     if (r->peer == PEER_NONE)
@@ -459,6 +484,10 @@ static bool print_main_table(const GdpaBenchOptions *o, const BenchKernels *k, B
     fflush(out);
   }
   print_footer(o, out, true);
+  if (kv16_len.n) {
+    print_bandwidth("cross KV=16", &kv16_len, &kv16, out);
+    gdpa_lengths_free(&kv16_len);
+  }
   return true;
 }
 

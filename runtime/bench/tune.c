@@ -62,7 +62,7 @@ static TuneCandidate mma_candidate(int64_t dh, int rows, int warp_rows) {
 }
 
 // The sm_90a kernel's candidates, the compiler's choice first: its key tile (the hint, else
-// sm90_attn_default_tile_kv) with as many stages as fit (or the hint); then 128- and 64-key tiles with 4, 3, 2 stages
+// sm90_attn_default_tile_kv) with as many stages as fit (or the hint); then 128-, 64- (and over a small set 32- and 16-) key tiles with 4, 3, 2 stages
 // where they fit; then the mma.sync kernel at tile_q = 64 when it can run the node (bf16).
 static void sm90_candidates(TuneOp *op, int64_t dh, bool mma_ok, bool q_jagged) {
   const Schedule *u = &op->user;
@@ -71,11 +71,14 @@ static void sm90_candidates(TuneOp *op, int64_t dh, bool mma_ok, bool q_jagged) 
   if (sm90_smem(dh, bn, stages) > SM90_MAX_SMEM) return;  // hints that do not fit: no default
   add_candidate(op, sm90_candidate(dh, bn, stages));
   if (op->ncand == 0) return;
-  static const int tiles[2] = {128, 64};
-  for (int t = 0; t < 2; t++)
+  // 32- and 16-key tiles only over a set that fits them (a longer kv would take many more).
+  static const int tiles[4] = {128, 64, 32, 16};
+  for (int t = 0; t < 4; t++) {
+    if (tiles[t] < 64 && (op->c.kv_set <= 0 || op->c.kv_set > tiles[t])) continue;
     for (int s = 4; s >= 2; s--)
       if (sm90_smem(dh, tiles[t], s) <= SM90_MAX_SMEM)
         add_candidate(op, sm90_candidate(dh, tiles[t], s));
+  }
   if (mma_ok) add_candidate(op, mma_candidate(dh, 64, q_jagged ? 32 : 16));
 }
 

@@ -27,7 +27,7 @@
 
 // --- one node's candidates ----------------------------------------------------------------
 
-enum { TUNE_MAX_CANDIDATES = 12, TUNE_FORMAT = 1 };
+enum { TUNE_MAX_CANDIDATES = 16, TUNE_FORMAT = 1 };
 
 typedef enum TuneKernel {
   TUNE_SM90,  // attn_forward_sm90: 128 query rows, tile_kv 64 or 128, 2..4 stages that fit

@@ -54,6 +54,10 @@ static const GdpaCase gdpa_test_cases[] = {
     {ATTN_SELF, ACT_GELU, false, 0, false, 2, 128, 0, 0, 700, 700, 0.088, 0, 0, 0},
     {ATTN_SELF, ACT_SOFTMAX, false, 90, false, 2, 128, 0, 0, 300, 300, 0.088, 0, 0, 0},
     {ATTN_CROSS, ACT_SOFTMAX, false, 0, false, 2, 128, 0, 0, 300, 150, 0.088, 0, 0, 16},
+    // small key sets: the sm_90a forward's 16- and 32-key tiles (4 Q buffers), a partial one
+    {ATTN_CROSS, ACT_SOFTMAX, false, 0, false, 2, 128, 0, 16, 300, 16, 0.088, 0, 0, 0},
+    {ATTN_CROSS, ACT_GELU, false, 0, false, 4, 128, 0, 32, 300, 32, 0.088, 0, 0, 0},
+    {ATTN_CROSS, ACT_SILU, false, 0, false, 2, 64, 0, 20, 700, 20, 0.125, 0, 0, 0},
 };
 
 enum { GDPA_NUM_TEST_CASES = (int)(sizeof gdpa_test_cases / sizeof gdpa_test_cases[0]) };

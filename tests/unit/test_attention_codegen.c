@@ -112,7 +112,7 @@ static bool emit_case(const GdpaCase *c, const char *target, const Schedule *sch
 // Cases that together cover every shape, mask, activation, head dim, forward block shape and
 // storage type (the SIMT kernels: fp32, fp16, dh 24).
 static const int compiled_cases[] = {0,  7,  9,  10, 11, 14, 15, 16, 17, 18,
-                                     19, 20, 21, 22, 23, 24, 25, 26, 27};
+                                     19, 20, 21, 22, 23, 24, 25, 26, 27, 36};
 
 // Forward schedules beyond the compiler's choices, on case 0 (dh 64) and case 6 (dh 128): the
 // sm_90a kernel's other key tiles and stages, and the mma.sync kernel's 64 rows of 32 a warp.
@@ -124,6 +124,7 @@ static const ScheduledCase scheduled_cases[] = {
     {0, {.tile_kv = 64, .stages = 3}},  {0, {.tile_kv = 128, .stages = 2}},
     {6, {.tile_kv = 64, .stages = 4}},  {0, {.tile_q = 64, .tile_m = 32}},
     {6, {.tile_q = 128, .tile_m = 16, .tile_kv = 64, .stages = 2}},
+    {0, {.tile_kv = 16, .stages = 4}},  {6, {.tile_kv = 32, .stages = 3}},
 };
 
 static char *all_cases_source(const char *target) {
@@ -137,7 +138,7 @@ static char *all_cases_source(const char *target) {
     int c = i < ncases ? compiled_cases[i] : scheduled_cases[i - ncases].c;
     const Schedule *sched = i < ncases ? NULL : &scheduled_cases[i - ncases].sched;
     snprintf(prefix, sizeof prefix, "%s%d.", i < ncases ? "c" : "s", (int)i);
-    bool sm90_only = sched && (sched->stages > 2 || sched->tile_kv == 128);
+    bool sm90_only = sched && (sched->stages > 2 || (sched->tile_kv && sched->tile_kv != 64));
     bool ok = emit_case(&gdpa_test_cases[c], target, sched, prefix, &arena, &src, e);
     if (sm90_only && strcmp(target, "sm_90a") != 0) assert_false(ok);  // mma.sync: 64 keys, 2
     else assert_true(ok);
@@ -361,6 +362,8 @@ static void test_attention_codegen_sm90_schedule_changes_kernel(void **state) {
       {{0}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 128, 2, false>"},
       {{.tile_kv = 64}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 64, 4, false>"},
       {{.tile_kv = 64, .stages = 2}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 64, 2, false>"},
+      {{.tile_kv = 32}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 32, 4, false>"},
+      {{.tile_kv = 16, .stages = 2}, "attn_forward_sm90<128, ATTN_ACT_SOFTMAX, 16, 2, false>"},
   };
   check_calls(6, "sm_90a", dh128, (int)(sizeof dh128 / sizeof *dh128));
   const ScheduledCall fp16[] = {  // case 28: fp16 storage, dh 64: no mma.sync kernel, SIMT
@@ -446,6 +449,21 @@ static void test_attention_codegen_atomic_dq_fuses_backward(void **state) {
   assert_int_equal(find_launch(names, n, "zero"), -1);
 }
 
+// The default key tile is the smallest of 16, 32, 64 that holds a set of at most 64 keys, else
+// 128; tiles of at most 32 keys get four Q buffers (their items are mostly the Q load).
+static void test_attention_codegen_sm90_default_tile_fits_the_set(void **state) {
+  (void)state;
+  const int64_t sets[] = {0, 1, 3, 16, 17, 32, 33, 64, 65, 256};
+  const int want[] = {128, 16, 16, 16, 32, 32, 64, 64, 128, 128};
+  for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
+    assert_int_equal(sm90_attn_default_tile_kv(sets[i]), want[i]);
+  assert_int_equal(sm90_attn_forward_q_buffers(16), 4);
+  assert_int_equal(sm90_attn_forward_q_buffers(32), 4);
+  assert_int_equal(sm90_attn_forward_q_buffers(64), 2);
+  assert_int_equal(sm90_attn_forward_smem(128, 16, 4) - sm90_attn_forward_smem(128, 64, 4),
+                   2 * 128 * 128 * 2 - 2 * 4 * 48 * 128 * 2 + 8 * 4);
+}
+
 // The sm_90a kernel takes a stage count only where its shared memory fits in 227 KB: at dh 128
 // with 128 keys a tile only 2 stages do; everything else fits 2, 3 and 4.
 static void test_attention_codegen_sm90_stages_fit_shared_memory(void **state) {
@@ -453,7 +471,9 @@ static void test_attention_codegen_sm90_stages_fit_shared_memory(void **state) {
   const struct {
     int c, tile_kv;
     bool fits[3];  // stages 2, 3, 4
-  } want[] = {{0, 64, {true, true, true}},
+  } want[] = {{0, 16, {true, true, true}},
+              {6, 32, {true, true, true}},
+              {0, 64, {true, true, true}},
               {0, 128, {true, true, true}},
               {6, 64, {true, true, true}},
               {6, 128, {true, false, false}}};
@@ -512,7 +532,7 @@ static void test_attention_codegen_refuses_schedule_it_cannot_take(void **state)
     const char *target;
     Schedule sched;
   } refused[] = {
-      {0, "sm_90a", {.tile_kv = 32}},
+      {0, "sm_90a", {.tile_kv = 48}},
       {0, "sm_90a", {.tile_kv = 256}},
       {0, "sm_90a", {.stages = 1}},
       {0, "sm_90a", {.stages = 5}},
@@ -746,6 +766,7 @@ int main(void) {
       cmocka_unit_test(test_attention_codegen_pma_sums_dq_over_examples),
       cmocka_unit_test(test_attention_codegen_refuses_unsupported_head_dim),
       cmocka_unit_test(test_attention_codegen_sm90_schedule_changes_kernel),
+      cmocka_unit_test(test_attention_codegen_sm90_default_tile_fits_the_set),
       cmocka_unit_test(test_attention_codegen_sm90_stages_fit_shared_memory),
       cmocka_unit_test(test_attention_codegen_atomic_dq_fuses_backward),
       cmocka_unit_test(test_attention_codegen_mma_schedule_changes_kernel),
