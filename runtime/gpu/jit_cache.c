@@ -171,6 +171,9 @@ bool jit_cache_store(const char *dir, const char *arch, uint64_t key, const void
   static _Atomic unsigned counter;
   snprintf(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), counter++);
   int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  // A directory named by --cache or GEMC_CACHE_DIR that does not exist yet is made.
+  if (fd < 0 && errno == ENOENT && make_dirs(dir, err, err_size))
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
   if (fd < 0) return set_err(err, err_size, tmp, "cannot write the cache entry");
   unsigned char h[HEADER_BYTES];
   write_header(h, key, image, size);

@@ -89,6 +89,27 @@ static void test_jit_cache_second_request_hits(void **state) {
   free(dir);
 }
 
+// A cache directory that does not exist yet (two levels of it) is made at the first store.
+static void test_jit_cache_missing_dir_is_made(void **state) {
+  (void)state;
+  char *dir = make_temp_dir();
+  char sub[512];
+  snprintf(sub, sizeof sub, "%s/a/cubins", dir);
+  FakeCompiler fc = {0};
+  JitRequest r = request(sub, &fc, 13000);
+  JitUnit u;
+  JitStats s;
+  compile_one(&r, "kernel B", &u, &s);
+  jit_units_free(&u, 1);
+  assert_int_equal(access(sub, W_OK), 0);
+  compile_one(&r, "kernel B", &u, &s);
+  assert_int_equal(fc.calls, 1);
+  assert_true(u.from_cache);
+  jit_units_free(&u, 1);
+  remove_tree(dir);
+  free(dir);
+}
+
 static void test_jit_cache_key_covers_every_input(void **state) {
   (void)state;
   const char *o1[] = {"-O3"}, *o2[] = {"-O2"};
@@ -262,6 +283,7 @@ static void test_jit_cache_split_source_per_kernel(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_jit_cache_second_request_hits),
+      cmocka_unit_test(test_jit_cache_missing_dir_is_made),
       cmocka_unit_test(test_jit_cache_key_covers_every_input),
       cmocka_unit_test(test_jit_cache_new_compiler_version_misses),
       cmocka_unit_test(test_jit_cache_corrupt_entry_is_rebuilt),
