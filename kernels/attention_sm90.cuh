@@ -76,6 +76,17 @@ __device__ __forceinline__ void sm90_tma_load(unsigned dst, const TmaMap &map, i
                : "memory");
 }
 
+// The reverse: one box of shared memory at src to `map` at (column, row), in this thread's bulk
+// group (sm90_tma_store_wait_read waits until the shared memory has been read).
+__device__ __forceinline__ void sm90_tma_store(const TmaMap &map, int col, int row, unsigned src) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+               ::"l"((unsigned long long)&map), "r"(col), "r"(row), "r"(src)
+               : "memory");
+}
+__device__ __forceinline__ void sm90_tma_store_wait_read() {
+  asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 __device__ __forceinline__ void sm90_tma_prefetch_map(const TmaMap &map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)&map) : "memory");
 }
@@ -395,10 +406,13 @@ __device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restri
 // The kernel body. DH: 64 or 128; BN: keys per tile, 16, 32, 64 or 128; F16: q, k, v are fp16 (else
 // bf16); `count` entries in `tiles`, dealt for gridDim.x CTAs.
 
+// o_map: O's tensor map (64-row boxes) when OT is the 16-bit type of q, k, v, else nullptr;
+// with it, a work item whose 128 rows all lie in its example writes O through the Q tile it has
+// consumed and one TMA store per warpgroup and half, instead of 32 stores a thread.
 template <int DH, int ACT, int BN, int STAGES, bool F16, typename OT>
 __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const TmaMap &q_map,
                                                   const TmaMap &k_map, const TmaMap &v_map,
-                                                  const AttnRows &r,
+                                                  const TmaMap *o_map, const AttnRows &r,
                                                   const int *__restrict__ tiles, int count) {
   enum {
     HALVES = DH / 64,                // 64-column (128-byte) halves of a row
@@ -550,6 +564,39 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     }
     sm90_wgmma_wait<0>();  // a no-op (nothing is in flight), which tells ptxas so
     sm90_pin<O_REGS>(o);
+    if (sizeof(OT) == 2 && o_map && it.i0 + SM90_TILE_Q <= it.e.q_len) {
+      // O into this warpgroup's 64 rows of the Q tile (read by every S, so free now), in the
+      // 128-byte swizzle the map uses: 16-byte chunk c of row rl sits at chunk c ^ (rl % 8).
+      const unsigned q_mine = q_tiles + qb * Q_BYTES + cw * 64 * 128;
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        float inv = 1.0f;
+        if (SOFTMAX) {
+          float sum = row_sum[half];
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+          inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+        }
+        const int rl = warp * 16 + g + 8 * half;
+#pragma unroll
+        for (int nb = 0; nb < DH / 8; nb++) {
+          const unsigned at = q_mine + (nb / 8) * Q_HALF + rl * 128 + (((nb % 8) ^ (rl % 8)) * 16) + 4 * t;
+          const unsigned v = sm90_pack<F16>(o[4 * nb + 2 * half] * inv, o[4 * nb + 2 * half + 1] * inv);
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+        }
+      }
+      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");  // this warpgroup's rows
+      if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+        for (int half = 0; half < HALVES; half++)
+          sm90_tma_store(*o_map, it.h * DH + 64 * half, (int)(it.e.o_start + it.i0 + cw * 64),
+                         q_mine + half * Q_HALF);
+        sm90_tma_store_wait_read();  // the Q tile is the producer's again after this
+      }
+      sm90_bar_arrive(q_empty + 8 * qb);
+      continue;
+    }
     sm90_bar_arrive(q_empty + 8 * qb);
 
     // Normalize and store this thread's rows that exist.

@@ -67,15 +67,18 @@ bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a) {
   kb_tensor_map(&kb, "q_map", a->q, SM90_TILE_Q);
   kb_tensor_map(&kb, "k_map", a->k, bn);
   kb_tensor_map(&kb, "v_map", a->v, bn);
+  // O through TMA stores where it has q's 16-bit type (64-row boxes: one per warpgroup).
+  bool o_tma = ir->tensors[n->out].dtype == ir->tensors[a->k].dtype;
+  if (o_tma) kb_tensor_map(&kb, "o_map", n->out, 64);
   attn_offsets(&kb, a);
   kb_tiles(&kb, "tiles");
   kb_tile_count(&kb, "tile_count");
   StrBuf body = {0};
   attn_rows_value(&body, a);
-  sb_printf(&body, "  attn_forward_sm90<%lld, %s, %d, %d, %s>(out, q_map, k_map, v_map, rows, tiles,\n"
-                   "      (int)tile_count);\n",
+  sb_printf(&body, "  attn_forward_sm90<%lld, %s, %d, %d, %s>(out, q_map, k_map, v_map, %s, rows,\n"
+                   "      tiles, (int)tile_count);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), bn, stages,
-            ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false");
+            ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false", o_tma ? "&o_map" : "nullptr");
   kb_end(&kb, body.data);
   sb_free(&body);
   return true;
