@@ -329,6 +329,14 @@ __device__ __forceinline__ void sm90_activate(float *sc, float *correction, floa
   }
 }
 
+// The softmax normaliser of one row: its sum over the 4 lanes that hold it, inverted. A row
+// that sees no key gets 0, never NaN.
+__device__ __forceinline__ float sm90_row_inv(float sum) {
+  sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+  sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+  return sum > 0.0f ? 1.0f / sum : 0.0f;
+}
+
 // One key tile's scores made ready for P·V: activate them (sm90_activate), wait for the
 // previous tile's P·V, rescale O (softmax) and pack P into A fragments.
 template <int ACT, int BN, int DH, bool F16>
@@ -570,13 +578,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       const unsigned q_mine = q_tiles + qb * Q_BYTES + cw * 64 * 128;
 #pragma unroll
       for (int half = 0; half < 2; half++) {
-        float inv = 1.0f;
-        if (SOFTMAX) {
-          float sum = row_sum[half];
-          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-          inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-        }
+        const float inv = SOFTMAX ? sm90_row_inv(row_sum[half]) : 1.0f;
         const int rl = warp * 16 + g + 8 * half;
 #pragma unroll
         for (int nb = 0; nb < DH / 8; nb++) {
@@ -602,13 +604,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     // Normalize and store this thread's rows that exist.
 #pragma unroll
     for (int half = 0; half < 2; half++) {
-      float inv = 1.0f;
-      if (SOFTMAX) {
-        float sum = row_sum[half];
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        inv = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row that sees no key is 0, never NaN
-      }
+      const float inv = SOFTMAX ? sm90_row_inv(row_sum[half]) : 1.0f;
       const int i = row0 + 8 * half;
       if (i >= it.e.q_len) continue;
       OT *dst = out + (it.e.o_start + i) * r.d + it.h * DH + 2 * t;
