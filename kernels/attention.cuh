@@ -226,19 +226,42 @@ __device__ __forceinline__ bool attn_visible(const AttnRows &r, int i, int j) {
   return true;
 }
 
+// The first example b of [0, batch] whose keys start at or after `key` (offsets[batch + 1],
+// ascending): a binary search.
+__device__ __forceinline__ int attn_first_example_from(const i64 *offsets, i64 batch, i64 key) {
+  int lo = 0, hi = (int)batch;
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (offsets[mid] < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
 // The work of one dQ block: from the tile list, one (example, tile of `rows` query rows, head);
 // without one (PMA, whose seeds every example shares), block x is (range, seed tile, head) over
-// `chunks` equal ranges of the batch's examples, which the block sums in order (one range, the
-// whole batch, when chunks is 1); *chunk says which range.
+// `chunks` consecutive ranges of the batch's examples, which the block sums in order (one
+// range, the whole batch, when chunks is 1); *chunk says which range. Over a jagged kv
+// (kv_off) the ranges hold about equal numbers of keys; otherwise equal numbers of examples.
 __device__ __forceinline__ void attn_query_block(const int *tiles, i64 batch, int rows,
-                                                 int heads, int chunks, int *b_first, int *b_end,
-                                                 int *i0, int *h, int *chunk) {
+                                                 int heads, int chunks, const i64 *kv_off,
+                                                 int *b_first, int *b_end, int *i0, int *h,
+                                                 int *chunk) {
   if (!tiles) {
     const int per_chunk = (int)(gridDim.x / chunks), local = (int)(blockIdx.x % per_chunk);
-    const int per = (int)((batch + chunks - 1) / chunks);
     *chunk = (int)(blockIdx.x / per_chunk);
-    *b_first = *chunk * per < batch ? *chunk * per : (int)batch;
-    *b_end = *b_first + per < batch ? *b_first + per : (int)batch;
+    if (kv_off && chunks > 1) {
+      // A jagged kv: chunk c takes the examples whose keys start in [c T / chunks,
+      // (c + 1) T / chunks) of the T keys, so the chunks hold about equal work.
+      *b_first = attn_first_example_from(kv_off, batch, kv_off[batch] * *chunk / chunks);
+      *b_end = *chunk + 1 == chunks
+                   ? (int)batch
+                   : attn_first_example_from(kv_off, batch, kv_off[batch] * (*chunk + 1) / chunks);
+    } else {
+      const int per = (int)((batch + chunks - 1) / chunks);
+      *b_first = *chunk * per < batch ? *chunk * per : (int)batch;
+      *b_end = *b_first + per < batch ? *b_first + per : (int)batch;
+    }
     *i0 = local / heads * rows, *h = local % heads;
   } else {
     const int *tile = tiles + 3 * blockIdx.x;

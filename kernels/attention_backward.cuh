@@ -213,8 +213,8 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
   // in example order, so the seeds' gradient needs no atomics and no second pass.
   const int heads = r.d / DH;
   int b_first, b_end, i0, h, chunk;  // PMA (no tile list): a range of examples, in order
-  attn_query_block(tiles, batch, TILE, heads, partial ? chunks : 1, &b_first, &b_end, &i0, &h,
-                   &chunk);
+  attn_query_block(tiles, batch, TILE, heads, partial ? chunks : 1, r.kv_off, &b_first, &b_end,
+                   &i0, &h, &chunk);
   const int col0 = h * DH;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int row[2] = {i0 + warp * 16 + g, i0 + warp * 16 + g + 8};

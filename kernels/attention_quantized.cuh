@@ -389,8 +389,8 @@ __device__ __forceinline__ void attnq_backward_q(GT *__restrict__ dq, i64 batch,
         *tile_kr = tile_v + ATTNQ_ROWS * DH;
   const int heads = r.d / DH;
   int b_first, b_end, i0, h, chunk;  // PMA (no tile list): a range of examples, in order
-  attn_query_block(tiles, batch, ATTNQ_ROWS, heads, partial ? chunks : 1, &b_first, &b_end, &i0, &h,
-                   &chunk);
+  attn_query_block(tiles, batch, ATTNQ_ROWS, heads, partial ? chunks : 1, r.kv_off, &b_first,
+                   &b_end, &i0, &h, &chunk);
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;

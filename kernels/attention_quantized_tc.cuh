@@ -385,8 +385,8 @@ __device__ __forceinline__ void attnq_backward_q_tc(GT *__restrict__ dq, i64 bat
   enum { NB = DH / 16 };
   const int heads = r.d / DH;
   int b_first, b_end, i0, h, chunk;  // PMA (no tile list): a range of examples, in order
-  attn_query_block(tiles, batch, 64, heads, partial ? chunks : 1, &b_first, &b_end, &i0, &h,
-                   &chunk);
+  attn_query_block(tiles, batch, 64, heads, partial ? chunks : 1, r.kv_off, &b_first, &b_end,
+                   &i0, &h, &chunk);
   const AttnmStats st = attnm_stats_at((float *)(attn_smem + AttnmSmem<DH>::BACKWARD_Q - AttnmSmem<DH>::STATS));
   float acc[4][NB][4], part[4][NB][4];
   attnm_zero(acc);

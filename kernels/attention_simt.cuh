@@ -172,7 +172,8 @@ __device__ __forceinline__ void attn_backward_q_simt(GT *__restrict__ dq, i64 ba
   float *tile_k = (float *)attn_smem, *tile_v = tile_k + ATTN_SIMT_ROWS * DH;
   const int heads = r.d / DH;
   int b_first, b_end, i0, h, chunk;  // PMA (no tile list): every example, in order
-  attn_query_block(tiles, batch, ATTN_SIMT_ROWS, heads, 1, &b_first, &b_end, &i0, &h, &chunk);
+  attn_query_block(tiles, batch, ATTN_SIMT_ROWS, heads, 1, r.kv_off, &b_first, &b_end, &i0, &h,
+                   &chunk);
   const int col0 = h * DH, i = i0 + threadIdx.x;
   float acc[DH];
   for (int c = 0; c < DH; c++) acc[c] = 0.0f;
