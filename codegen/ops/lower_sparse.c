@@ -23,7 +23,10 @@
 // table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
 // HOT_OCCURRENCES or more occurrences each at the largest batch, and a hot row's run longer
 // than SPLIT_MIN is summed in parallel parts.
-enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264 };
+// A hot table's runs are also cut over up to SPLIT_BLOCKS blocks each (enough blocks for
+// SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
+enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
+       SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
 static bool lower_embed(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -168,6 +171,7 @@ typedef struct ApplyKernel {
   int64_t dim, gcols;
   int parts;  // the block variant's groups: parallel parts of a long run
   bool warp;  // the kernel of a warp per id (else a block per id)
+  int blocks; // the block variant: blocks per id (table_grad_parts), 1 when it sums alone
 } ApplyKernel;
 
 // The parameters both apply kernels share, in this order.
@@ -263,6 +267,50 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
 // A block per distinct id (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN is
 // summed in GROUPS contiguous parts added in order. from_list: the ids are the long list's,
 // LONG_BLOCKS blocks taking every LONG_BLOCKS-th; else block d takes distinct id d.
+// table_grad_parts: block x sums part x % BLOCKS of distinct id x / BLOCKS's run into
+// part_sums[x] (every element written). A run of at most SPLIT_MIN is summed whole, in
+// occurrence order, by part 0 (the CPU executor's order: the same bits once the zeros of the
+// other parts are added); a longer one is cut into BLOCKS contiguous parts, each cut again
+// into GROUPS summed in parallel and added in group order.
+static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
+  sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d, "
+               "BLOCKS = %d };\n"
+               "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
+               "  const i64 *header = rows_grad;  // [U][ids][values]\n"
+               "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n"
+               "  const i64 d = blockIdx.x / BLOCKS;\n"
+               "  const int piece = (int)(blockIdx.x %% BLOCKS);\n"
+               "  if (d >= header[0]) return;\n"
+               "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+               "  const bool split = count > SPLIT_MIN;\n"
+               "  const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;\n"
+               "  const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;\n"
+               "  const int n_here = p_hi - p_lo;\n"
+               "  const bool split_here = GROUPS > 1 && split;\n"
+               "  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);\n"
+               "  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);\n"
+               "  float *out = part_sums + (i64)blockIdx.x * DIM;\n"
+               "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
+               "    const int col = col0 + lane_col;\n",
+            (long long)k->dim, (long long)k->gcols, k->parts, SPLIT_MIN, APPLY_AHEAD, k->blocks);
+  emit_value_lambda(b, k->ir, k->n, k->npairs);
+  sb_puts(b, "    float g = 0.0f;\n"
+             "    if (col < DIM) {\n");
+  emit_run_sum(b, "      ", "lo", "hi");
+  sb_puts(b, "    }\n"
+             "    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0\n"
+             "      part[group * GCOLS + lane_col] = g;\n"
+             "      __syncthreads();\n"
+             "      if (group == 0) {\n"
+             "        g = 0.0f;\n"
+             "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
+             "      }\n"
+             "      __syncthreads();\n"
+             "    }\n"
+             "    if (group == 0 && col < DIM) out[col] = g;\n"
+             "  }\n");
+}
+
 static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, bool from_list) {
   sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
                "  __shared__ double partial[WARP_SIZE];\n"
@@ -277,6 +325,26 @@ static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, 
     sb_puts(b, "  i64 d = blockIdx.x;\n"
                "  if (d >= header[0]) return;\n");
   StrBuf body = {0};
+  if (k->blocks > 1) {  // the run was summed by table_grad_parts: add its blocks' sums in order
+    sb_printf(&body, "  enum { BLOCKS = %d };\n"
+                     "  i64 row = header[1 + d];\n"
+                     "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
+                     "  double sum_sq = 0.0;\n"
+                     "  for (int col = lane_col; col < DIM; col += GCOLS) {\n"
+                     "    float g = 0.0f;\n"
+                     "    for (int p = 0; p < BLOCKS; p++) g += part_sums[((i64)d * BLOCKS + p) * DIM + col];\n"
+                     "    grad[col] = g;\n"
+                     "    sum_sq += (double)g * g;\n"
+                     "  }\n"
+                     "  __syncthreads();  // the row's gradient is read below\n",
+              k->blocks);
+    ApplyKernel block = *k;
+    block.warp = false;
+    emit_row_update(&body, &block, tt, "  ");
+    sb_puts(b, body.data);
+    sb_free(&body);
+    return;
+  }
   sb_puts(&body, "  i64 row = header[1 + d];\n"
                  "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
                  "  int begin = distinct_begin[d], count = distinct_count[d];\n"
@@ -492,10 +560,10 @@ static bool lower_table_grad(Lower *L, int node) {
 
   // 7. sum each distinct id's run, write the row, apply the optimizer.
   // A table whose rows take many occurrences each (a small one such as gem_small's 64-row
-  // `acts`, about 1,500 each) gets a block per id that splits a run longer than SPLIT_MIN into
-  // GROUPS contiguous parts summed in parallel, then adds the parts in order (deterministic; a
-  // run of at most SPLIT_MIN is summed in occurrence order as the CPU executor does, the same
-  // bits). Other tables get a warp per id; a run longer than SPLIT_MIN there (a popular item of
+  // `acts`, about 1,500 each) cuts a run longer than SPLIT_MIN over `blocks` blocks
+  // (table_grad_parts), each splitting its part again into GROUPS summed in parallel, and the
+  // apply kernel adds an id's blocks in order (deterministic; a run of at most SPLIT_MIN is
+  // summed in occurrence order as the CPU executor does, the same bits). Other tables get a warp per id; a run longer than SPLIT_MIN there (a popular item of
   // a large table) is put on a list instead, and a second kernel of LONG_BLOCKS blocks sums
   // those runs as the hot table's blocks do: one warp walking a run of thousands was most of
   // the kernel's time (docs/perf.md).
@@ -506,7 +574,14 @@ static bool lower_table_grad(Lower *L, int node) {
   bool hot = rows > 0 && occ_max / rows >= HOT_OCCURRENCES;
   int parts = gcols <= 512 ? (int)(1024 / gcols) : 1;  // a block's groups for long runs
   bool warp = !hot || parts == 1;  // a warp per distinct id, APPLY_WARPS ids a block
-  ApplyKernel k = {ir, n, npairs, dim, gcols, parts, warp};
+  // A hot table's runs, cut over `blocks` blocks each (table_grad_parts), then added per id.
+  int blocks = 1;
+  if (!warp) {
+    blocks = (int)((SPLIT_TARGET + rows - 1) / rows);
+    if (blocks > SPLIT_BLOCKS) blocks = SPLIT_BLOCKS;
+    if (blocks < 1) blocks = 1;
+  }
+  ApplyKernel k = {ir, n, npairs, dim, gcols, parts, warp, blocks};
   int long_list = -1, long_count = -1;
   if (warp) {
     snprintf(sname, sizeof sname, "%s.grad.long_runs", tn);
@@ -520,12 +595,43 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   Optim o = tt->optim;
   char what[200];
+  int part_sums = -1;
+  if (blocks > 1) {
+    snprintf(sname, sizeof sname, "%s.grad.part_sums", tn);
+    part_sums = lower_new_scratch(L, sname, sym_const(rows * blocks * dim * 4));
+    snprintf(name, sizeof name, "table_grad_parts_%s", id);
+    snprintf(what, sizeof what, "each distinct id's run summed in %d parts, a block each", blocks);
+    lower_comment(L, node, what);
+    kb_begin(&kb, L, node, name, sym_const(rows * blocks), 1, (int)gcols * parts);
+    kb_tensor_typed(&kb, "i64", "rows_grad", n->out, false);  // its header: U
+    kb_scratch(&kb, "int", "sorted", sorted, false);
+    kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
+    kb_scratch(&kb, "int", "distinct_count", dcount, false);
+    for (int p = 0; p < npairs; p++) {
+      char arg[32];
+      snprintf(arg, sizeof arg, "dy%d", p);
+      kb_tensor_in(&kb, arg, n->ins[2 + 2 * p]);
+      snprintf(arg, sizeof arg, "n%d", p);
+      kb_size(&kb, arg, tensor_rows(ir, n->ins[1 + 2 * p]));
+    }
+    kb_scratch(&kb, "float", "part_sums", part_sums, true);
+    b = (StrBuf){0};
+    emit_block_parts(&b, &k);
+    kb_end(&kb, b.data);
+    sb_free(&b);
+  }
   snprintf(name, sizeof name, "table_grad_apply_%s", id);
   snprintf(what, sizeof what, "sum per distinct id%s, then %s",
-           warp ? " (long runs listed)" : " (in parts)", optim_name(o.kind));
+           warp ? " (long runs listed)" : blocks > 1 ? " (its parts in order)" : " (in parts)",
+           optim_name(o.kind));
   lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1, warp ? APPLY_WARPS * 32 : (int)gcols * parts);
+  if (blocks > 1)
+    kb_begin(&kb, L, node, name, sym_const(rows), 1, (int)gcols);
+  else
+    kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1,
+             warp ? APPLY_WARPS * 32 : (int)gcols * parts);
   apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, dcount, occ);
+  if (blocks > 1) kb_scratch(&kb, "float", "part_sums", part_sums, false);
   if (warp) {
     kb_scratch(&kb, "int", "long_runs", long_list, true);
     kb_scratch(&kb, "unsigned", "long_count", long_count, true);

@@ -719,12 +719,10 @@ table_grad_gather_acts(i64 *__restrict__ keys,
 }
 #line 721 "model.cu"
 
-// codegen_hot_table.gem:15:3 table_grad sum per distinct id (in parts), then rowwise_adagrad (bwd)
+// codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(1024)
-table_grad_apply_acts(float *__restrict__ rows_grad,
-    float *__restrict__ table,
-    float *__restrict__ rowsum,
+table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     const int *__restrict__ sorted,
     const int *__restrict__ distinct_begin,
     const int *__restrict__ distinct_count,
@@ -732,23 +730,24 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
     i64 n0,
     const float *__restrict__ dy1,
     i64 n1,
-    i64 max_distinct) {
+    float *__restrict__ part_sums) {
 #line 15 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
-  __shared__ double partial[WARP_SIZE];
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8, BLOCKS = 16 };
   __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
-  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const i64 *header = rows_grad;  // [U][ids][values]
   const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
-  i64 d = blockIdx.x;
+  const i64 d = blockIdx.x / BLOCKS;
+  const int piece = (int)(blockIdx.x % BLOCKS);
   if (d >= header[0]) return;
-  i64 row = header[1 + d];
-  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
-  // This group's part of the run: all of it for group 0 when the run is short.
-  const bool split = GROUPS > 1 && count > SPLIT_MIN;
-  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
-  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
-  double sum_sq = 0.0;
+  const bool split = count > SPLIT_MIN;
+  const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;
+  const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;
+  const int n_here = p_hi - p_lo;
+  const bool split_here = GROUPS > 1 && split;
+  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);
+  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);
+  float *out = part_sums + (i64)blockIdx.x * DIM;
   for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
     const int col = col0 + lane_col;
     // The occurrence's gradient value in column col: its lookup's dy row.
@@ -774,7 +773,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
       }
       for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    if (GROUPS > 1) {  // the parts, added in group order by group 0
+    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
       part[group * GCOLS + lane_col] = g;
       __syncthreads();
       if (group == 0) {
@@ -783,12 +782,45 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
       }
       __syncthreads();
     }
-    if (group == 0 && col < DIM) {
-      grad[col] = g;
-      sum_sq += (double)g * g;
-    }
+    if (group == 0 && col < DIM) out[col] = g;
   }
-  __syncthreads();  // the row's gradient, written by group 0, is read below
+}
+#line 789 "model.cu"
+
+// codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
+//     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
+extern "C" __global__ void __launch_bounds__(64)
+table_grad_apply_acts(float *__restrict__ rows_grad,
+    float *__restrict__ table,
+    float *__restrict__ rowsum,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    const float *__restrict__ dy1,
+    i64 n1,
+    i64 max_distinct,
+    const float *__restrict__ part_sums) {
+#line 15 "codegen_hot_table.gem"
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  i64 d = blockIdx.x;
+  if (d >= header[0]) return;
+  enum { BLOCKS = 16 };
+  i64 row = header[1 + d];
+  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+  double sum_sq = 0.0;
+  for (int col = lane_col; col < DIM; col += GCOLS) {
+    float g = 0.0f;
+    for (int p = 0; p < BLOCKS; p++) g += part_sums[((i64)d * BLOCKS + p) * DIM + col];
+    grad[col] = g;
+    sum_sq += (double)g * g;
+  }
+  __syncthreads();  // the row's gradient is read below
   sum_sq = block_sum(sum_sq, partial);
   float state = (float)(rowsum[row] + sum_sq / DIM);
   __syncthreads();
@@ -797,7 +829,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 801 "model.cu"
+#line 833 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -811,35 +843,35 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 815 "model.cu"
+#line 847 "model.cu"
 
-// codegen_hot_table.gem:16:3 table_grad sum per distinct id (in parts), then sgd (bwd)
+// codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
 extern "C" __global__ void __launch_bounds__(1024)
-table_grad_apply_kind(float *__restrict__ rows_grad,
-    float *__restrict__ table,
+table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     const int *__restrict__ sorted,
     const int *__restrict__ distinct_begin,
     const int *__restrict__ distinct_count,
     const float *__restrict__ dy0,
     i64 n0,
-    i64 max_distinct) {
+    float *__restrict__ part_sums) {
 #line 16 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
-  __shared__ double partial[WARP_SIZE];
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8, BLOCKS = 16 };
   __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
-  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const i64 *header = rows_grad;  // [U][ids][values]
   const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
-  i64 d = blockIdx.x;
+  const i64 d = blockIdx.x / BLOCKS;
+  const int piece = (int)(blockIdx.x % BLOCKS);
   if (d >= header[0]) return;
-  i64 row = header[1 + d];
-  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_count[d];
-  // This group's part of the run: all of it for group 0 when the run is short.
-  const bool split = GROUPS > 1 && count > SPLIT_MIN;
-  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
-  const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
-  double sum_sq = 0.0;
+  const bool split = count > SPLIT_MIN;
+  const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;
+  const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;
+  const int n_here = p_hi - p_lo;
+  const bool split_here = GROUPS > 1 && split;
+  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);
+  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);
+  float *out = part_sums + (i64)blockIdx.x * DIM;
   for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
     const int col = col0 + lane_col;
     // The occurrence's gradient value in column col: its lookup's dy row.
@@ -863,7 +895,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
       }
       for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    if (GROUPS > 1) {  // the parts, added in group order by group 0
+    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
       part[group * GCOLS + lane_col] = g;
       __syncthreads();
       if (group == 0) {
@@ -872,16 +904,46 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
       }
       __syncthreads();
     }
-    if (group == 0 && col < DIM) {
-      grad[col] = g;
-      sum_sq += (double)g * g;
-    }
+    if (group == 0 && col < DIM) out[col] = g;
   }
-  __syncthreads();  // the row's gradient, written by group 0, is read below
+}
+#line 911 "model.cu"
+
+// codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
+//     table kind : rows 2, optim sgd(lr = 0.1);
+extern "C" __global__ void __launch_bounds__(64)
+table_grad_apply_kind(float *__restrict__ rows_grad,
+    float *__restrict__ table,
+    const int *__restrict__ sorted,
+    const int *__restrict__ distinct_begin,
+    const int *__restrict__ distinct_count,
+    const float *__restrict__ dy0,
+    i64 n0,
+    i64 max_distinct,
+    const float *__restrict__ part_sums) {
+#line 16 "codegen_hot_table.gem"
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
+  __shared__ double partial[WARP_SIZE];
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  i64 d = blockIdx.x;
+  if (d >= header[0]) return;
+  enum { BLOCKS = 16 };
+  i64 row = header[1 + d];
+  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
+  double sum_sq = 0.0;
+  for (int col = lane_col; col < DIM; col += GCOLS) {
+    float g = 0.0f;
+    for (int p = 0; p < BLOCKS; p++) g += part_sums[((i64)d * BLOCKS + p) * DIM + col];
+    grad[col] = g;
+    sum_sq += (double)g * g;
+  }
+  __syncthreads();  // the row's gradient is read below
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 885 "model.cu"
+#line 947 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -957,7 +1019,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 961 "model.cu"
+#line 1023 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1037,7 +1099,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1041 "model.cu"
+#line 1103 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1092,4 +1154,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1096 "model.cu"
+#line 1158 "model.cu"
