@@ -267,6 +267,25 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
 // A block per distinct id (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN is
 // summed in GROUPS contiguous parts added in order. from_list: the ids are the long list's,
 // LONG_BLOCKS blocks taking every LONG_BLOCKS-th; else block d takes distinct id d.
+// Inside a block kernel's column loop: g = this group's occurrences [lo, hi) of the run in
+// column col, then (GROUPS > 1) the groups' sums added in group order, into group 0's g.
+static void emit_groups_sum(StrBuf *b, const ApplyKernel *k) {
+  emit_value_lambda(b, k->ir, k->n, k->npairs);
+  sb_puts(b, "    float g = 0.0f;\n"
+             "    if (col < DIM) {\n");
+  emit_run_sum(b, "      ", "lo", "hi");
+  sb_puts(b, "    }\n"
+             "    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0\n"
+             "      part[group * GCOLS + lane_col] = g;\n"
+             "      __syncthreads();\n"
+             "      if (group == 0) {\n"
+             "        g = 0.0f;\n"
+             "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
+             "      }\n"
+             "      __syncthreads();\n"
+             "    }\n");
+}
+
 // table_grad_parts: block x sums part x % BLOCKS of distinct id x / BLOCKS's run into
 // part_sums[x] (every element written). A run of at most SPLIT_MIN is summed whole, in
 // occurrence order, by part 0 (the CPU executor's order: the same bits once the zeros of the
@@ -293,21 +312,8 @@ static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
                "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
                "    const int col = col0 + lane_col;\n",
             (long long)k->dim, (long long)k->gcols, k->parts, SPLIT_MIN, APPLY_AHEAD, k->blocks);
-  emit_value_lambda(b, k->ir, k->n, k->npairs);
-  sb_puts(b, "    float g = 0.0f;\n"
-             "    if (col < DIM) {\n");
-  emit_run_sum(b, "      ", "lo", "hi");
-  sb_puts(b, "    }\n"
-             "    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0\n"
-             "      part[group * GCOLS + lane_col] = g;\n"
-             "      __syncthreads();\n"
-             "      if (group == 0) {\n"
-             "        g = 0.0f;\n"
-             "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
-             "      }\n"
-             "      __syncthreads();\n"
-             "    }\n"
-             "    if (group == 0 && col < DIM) out[col] = g;\n"
+  emit_groups_sum(b, k);
+  sb_puts(b, "    if (group == 0 && col < DIM) out[col] = g;\n"
              "  }\n");
 }
 
@@ -355,21 +361,8 @@ static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, 
                  "  double sum_sq = 0.0;\n"
                  "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
                  "    const int col = col0 + lane_col;\n");
-  emit_value_lambda(&body, k->ir, k->n, k->npairs);
-  sb_puts(&body, "    float g = 0.0f;\n"
-                 "    if (col < DIM) {\n");
-  emit_run_sum(&body, "      ", "lo", "hi");
-  sb_puts(&body, "    }\n"
-                 "    if (GROUPS > 1) {  // the parts, added in group order by group 0\n"
-                 "      part[group * GCOLS + lane_col] = g;\n"
-                 "      __syncthreads();\n"
-                 "      if (group == 0) {\n"
-                 "        g = 0.0f;\n"
-                 "        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];\n"
-                 "      }\n"
-                 "      __syncthreads();\n"
-                 "    }\n"
-                 "    if (group == 0 && col < DIM) {\n"
+  emit_groups_sum(&body, k);
+  sb_puts(&body, "    if (group == 0 && col < DIM) {\n"
                  "      grad[col] = g;\n"
                  "      sum_sq += (double)g * g;\n"
                  "    }\n"

@@ -1074,7 +1074,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
         }
         for (; e < hi; e++) g += value(sorted[begin + e]);
       }
-      if (GROUPS > 1) {  // the parts, added in group order by group 0
+      if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
         part[group * GCOLS + lane_col] = g;
         __syncthreads();
         if (group == 0) {
