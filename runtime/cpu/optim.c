@@ -32,6 +32,12 @@ void optim_state_init(OptimState *s, Optim cfg, int64_t n, int64_t dim) {
   }
 }
 
+void optim_state_init_part(OptimState *s, Optim cfg, int64_t from, int64_t n) {
+  GEMC_ASSERT(from >= 0 && n >= 0);
+  optim_state_init(s, cfg, n, 0);
+  s->base = from;
+}
+
 void optim_state_free(OptimState *s) {
   free(s->m);
   free(s->v);
@@ -46,19 +52,20 @@ static void adamw_step(OptimState *s, float *w, const float *g, int64_t from, in
   double bc1 = 1.0 - pow(c->beta1, (double)s->step);
   double bc2 = 1.0 - pow(c->beta2, (double)s->step);
   for (int64_t k = 0; k < n; k++) {
-    int64_t i = from + k;
-    double m = c->beta1 * s->m[i] + (1.0 - c->beta1) * g[k];
-    double v = c->beta2 * s->v[i] + (1.0 - c->beta2) * (double)g[k] * g[k];
-    s->m[i] = (float)m;
-    s->v[i] = (float)v;
-    double mhat = (double)s->m[i] / bc1;
-    double vhat = (double)s->v[i] / bc2;
+    int64_t i = from + k, j = i - s->base;  // j: the element's place in the held moments
+    double m = c->beta1 * s->m[j] + (1.0 - c->beta1) * g[k];
+    double v = c->beta2 * s->v[j] + (1.0 - c->beta2) * (double)g[k] * g[k];
+    s->m[j] = (float)m;
+    s->v[j] = (float)v;
+    double mhat = (double)s->m[j] / bc1;
+    double vhat = (double)s->v[j] / bc2;
     w[i] = (float)(w[i] - c->lr * (mhat / (sqrt(vhat) + c->eps) + c->weight_decay * w[i]));
   }
 }
 
 void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from, int64_t n) {
-  GEMC_ASSERT(from >= 0 && n >= 0 && from + n <= s->n);
+  GEMC_ASSERT(from >= 0 && n >= 0);
+  GEMC_ASSERT(n == 0 || (from >= s->base && from + n <= s->base + s->n));  // the state's part
   s->step++;
   switch (s->cfg.kind) {
     case OPTIM_ADAMW:
@@ -77,7 +84,7 @@ void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from
 }
 
 void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n) {
-  GEMC_ASSERT(n == s->n);
+  GEMC_ASSERT(n == s->n && s->base == 0);
   optim_step_dense_part(s, w, g, 0, n);
 }
 

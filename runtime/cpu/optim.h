@@ -17,19 +17,22 @@
 typedef struct OptimState {
   Optim cfg;
   int64_t step;   // steps taken (AdamW bias correction)
-  int64_t n;      // elements (dense) or rows (tables)
+  int64_t n;      // elements (dense) or rows (tables) held
+  int64_t base;   // dense: the first element held (a ZeRO part: [base, base + n)), else 0
   int64_t dim;    // tables: row width
-  float *m, *v;   // AdamW moments, n each
+  float *m, *v;   // AdamW moments, n each: elements base .. base + n - 1
   float *rowsum;  // row-wise Adagrad, one per row
 } OptimState;
 
 void optim_state_init(OptimState *s, Optim cfg, int64_t n, int64_t dim);
+// The state of elements [from, from + n) of a dense parameter only (a ZeRO rank's part).
+void optim_state_init_part(OptimState *s, Optim cfg, int64_t from, int64_t n);
 void optim_state_free(OptimState *s);
 // One step on a dense parameter w[n] with gradient g[n].
 void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n);
-// One step on elements [from, from + n) of a dense parameter w (w and the state are the whole
-// parameter's; g holds the n gradients of those elements): the update of one ZeRO shard.
-// The step count advances as for a whole step, also when n is 0.
+// One step on elements [from, from + n) of a dense parameter w (w is the whole parameter; the
+// state holds at least those elements; g holds their n gradients): the update of one ZeRO
+// shard. The step count advances as for a whole step, also when n is 0.
 void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from, int64_t n);
 // One step on a table w[rows, dim] from a rows-gradient: nrows distinct ascending ids, grad
 // nrows x dim. Rows outside the table are an internal error (the data reader checks ids).

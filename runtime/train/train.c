@@ -948,6 +948,18 @@ static bool dist_setup(Trainer *t, char *err, size_t err_size) {
   else t->dense = dense_sync_new(c, t->ir, t->opt.dense_mode, bucket, params, np);
   free(params);
   if (!ok) return false;
+  if (!t->gpu && dense_sync_mode(t->dense) != DENSE_DATA_PARALLEL) {
+    // ZeRO: each rank keeps the optimizer state of its own parts only.
+    for (int i = 0; i < np; i++) {
+      OptimState *st = t->dense_states[i];
+      int64_t from = 0, n = dense_sync_owned(t->dense, i, &from);
+      Optim cfg = st->cfg;
+      int64_t step = st->step;
+      optim_state_free(st);
+      optim_state_init_part(st, cfg, n > 0 ? from : 0, n);
+      st->step = step;
+    }
+  }
   // GPU ranks keep every table whole (in a world of one every placement is that).
   TablePlacement *all = NULL;
   if (!t->opt.placement || t->gpu) all = xcalloc((size_t)t->ir->ntensors + 1, sizeof *all);
@@ -1464,6 +1476,10 @@ typedef struct Entries {
   int64_t counters[3];  // cursor, batch, seed
   double *curve;        // 6 doubles per point
   int64_t *steps;       // [ntrained]: each optimizer's step, staged (validated on resume)
+  // [ntrained][2]: a ZeRO part's AdamW moments as whole arrays (its part in place, zeros
+  // elsewhere), which the whole checkpoint's entries point at; NULL for a state held whole.
+  float *(*full)[2];
+  int nfull;
 } Entries;
 
 static void add_entry(Entries *s, const char *kind, const char *name, void *data, size_t size,
@@ -1490,10 +1506,27 @@ static void add_entry(Entries *s, const char *kind, const char *name, void *data
 }
 
 static void entries_free(Entries *s) {
+  for (int i = 0; i < s->nfull; i++) free(s->full[i][0]), free(s->full[i][1]);
+  free(s->full);
   free(s->e);
   free(s->names);
   free(s->curve);
   free(s->steps);
+}
+
+// A dense parameter whose AdamW moments this rank holds only a ZeRO part of.
+static bool zero_part(const Trained *p) {
+  return !p->table && p->st.cfg.kind == OPTIM_ADAMW && (p->st.base != 0 || p->st.n != p->numel);
+}
+
+// After a resume read the whole moments into s->full: this rank's part into its state.
+static void entries_take_parts(Trainer *t, const Entries *s) {
+  for (int i = 0; i < s->nfull; i++) {
+    OptimState *st = &t->trained[i].st;
+    if (!s->full[i][0] || st->n == 0) continue;
+    memcpy(st->m, s->full[i][0] + st->base, (size_t)st->n * sizeof(float));
+    memcpy(st->v, s->full[i][1] + st->base, (size_t)st->n * sizeof(float));
+  }
 }
 
 // Lists the state; `nsteps` and `ncurve` size the histories (the trainer's own when saving,
@@ -1501,6 +1534,8 @@ static void entries_free(Entries *s) {
 static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps, int ncurve) {
   memset(s, 0, sizeof *s);
   s->steps = xcalloc((size_t)t->ntrained + 1, sizeof *s->steps);
+  s->full = xcalloc((size_t)t->ntrained + 1, sizeof *s->full);
+  s->nfull = t->ntrained;
   for (int i = 0; i < t->ntrained; i++) {
     Trained *p = &t->trained[i];
     const char *name = t->ir->tensors[p->tensor].name;
@@ -1509,8 +1544,18 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
               (size_t)p->numel * sizeof(float), CKPT_FINITE);
     s->steps[i] = p->st.step;
     add_entry(s, "optim.step", name, &s->steps[i], sizeof s->steps[i], CKPT_ANY);
-    if (p->st.m) add_entry(s, "adamw.m", name, p->st.m, bytes, CKPT_FINITE);
-    if (p->st.v) add_entry(s, "adamw.v", name, p->st.v, bytes, CKPT_FINITE_NONNEG);
+    float *m = p->st.m, *v = p->st.v;
+    if (zero_part(p)) {  // the checkpoint holds whole moments: this rank's part, zeros around
+      bytes = (size_t)p->numel * sizeof(float);
+      for (int k = 0; k < 2; k++) {
+        s->full[i][k] = xcalloc((size_t)p->numel + 1, sizeof(float));
+        const float *held = k == 0 ? p->st.m : p->st.v;
+        if (held) memcpy(s->full[i][k] + p->st.base, held, (size_t)p->st.n * sizeof(float));
+      }
+      m = s->full[i][0], v = s->full[i][1];
+    }
+    if (m) add_entry(s, "adamw.m", name, m, bytes, CKPT_FINITE);
+    if (v) add_entry(s, "adamw.v", name, v, bytes, CKPT_FINITE_NONNEG);
     if (p->st.rowsum)
       add_entry(s, "adagrad.rowsum", name, p->st.rowsum, bytes, CKPT_FINITE_NONNEG);
   }
@@ -1662,10 +1707,10 @@ static void list_parts(Trainer *t, Parts *p) {
       range[0] = from;
       range[1] = n;
       add_entry(&p->s, "part.range", name, range, 2 * sizeof *range, CKPT_ANY);
-      add_entry(&p->s, "part.adamw.m", name, q->st.m + from, (size_t)n * sizeof(float),
-                CKPT_FINITE);
-      add_entry(&p->s, "part.adamw.v", name, q->st.v + from, (size_t)n * sizeof(float),
-                CKPT_FINITE_NONNEG);
+      add_entry(&p->s, "part.adamw.m", name, q->st.m + (from - q->st.base),
+                (size_t)n * sizeof(float), CKPT_FINITE);
+      add_entry(&p->s, "part.adamw.v", name, q->st.v + (from - q->st.base),
+                (size_t)n * sizeof(float), CKPT_FINITE_NONNEG);
     }
   }
 }
@@ -1716,8 +1761,8 @@ static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
 }
 
 // Puts the parts of shards 1 .. world - 1 of the set over the state read from shard 0.
-static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, char *err,
-                       size_t err_size) {
+static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const Entries *s,
+                       char *err, size_t err_size) {
   bool ok = true;
   for (int r = 1; ok && r < set->world; r++) {
     char file[96];
@@ -1737,8 +1782,9 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, char *er
       if (!ids_entry && !range_entry) continue;  // the data entries are read with them
       int tensor = ir_find_tensor(t->ir, colon + 1);
       Trained *q = NULL;
+      int qi = -1;
       for (int i = 0; tensor >= 0 && i < t->ntrained; i++)
-        if (t->trained[i].tensor == tensor) q = &t->trained[i];
+        if (t->trained[i].tensor == tensor) q = &t->trained[i], qi = i;
       if (!q || q->table != ids_entry) {
         ok = fail(err, err_size, "%s/%s has a part of '%s', which this model has no %s of; "
                   "refused", dir, file, colon + 1, ids_entry ? "table" : "parameter");
@@ -1771,19 +1817,22 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, char *er
         free(rows);
         free(sums);
       } else {
+        // The whole moments: staged ones for a ZeRO part (entries_take_parts keeps its part).
+        float *m = s->full[qi][0] ? s->full[qi][0] : q->st.m;
+        float *v = s->full[qi][1] ? s->full[qi][1] : q->st.v;
         int64_t range[2] = {0, 0};
         ok = checkpoint_read_entry(f, e, range, sizeof range, err, err_size);
         if (ok && (range[0] < 0 || range[1] <= 0 || range[0] > q->numel ||
-                   range[1] > q->numel - range[0] || !q->st.m))
+                   range[1] > q->numel - range[0] || !m))
           ok = fail(err, err_size, "%s/%s is corrupt: elements [%" PRId64 ", %" PRId64 ") of "
                     "'%s', which has %" PRId64 " (or no AdamW moments)", dir, file, range[0],
                     range[0] + range[1], colon + 1, q->numel);
         snprintf(name, sizeof name, "part.adamw.m:%s", colon + 1);
-        ok = ok && checkpoint_read_entry(f, name, q->st.m + range[0],
-                                         (size_t)range[1] * sizeof(float), err, err_size);
+        ok = ok && checkpoint_read_entry(f, name, m + range[0], (size_t)range[1] * sizeof(float),
+                                         err, err_size);
         snprintf(name, sizeof name, "part.adamw.v:%s", colon + 1);
-        ok = ok && checkpoint_read_entry(f, name, q->st.v + range[0],
-                                         (size_t)range[1] * sizeof(float), err, err_size);
+        ok = ok && checkpoint_read_entry(f, name, v + range[0], (size_t)range[1] * sizeof(float),
+                                         err, err_size);
       }
     }
     checkpoint_close(f);
@@ -1876,7 +1925,8 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
                 "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
   }
   checkpoint_close(f);
-  if (ok && kind == 1) ok = read_parts(t, dir, set, err, err_size);
+  if (ok && kind == 1) ok = read_parts(t, dir, set, &s, err, err_size);
+  if (ok) entries_take_parts(t, &s);
   if (ok) {
     free(t->losses);
     t->losses = losses;

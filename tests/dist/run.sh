@@ -138,6 +138,12 @@ same "1 rank saves, 4 resume = a straight run" rest4.json one.json
 train halfz 2 --save ckz --dense zero2 --shard row
 train restz 1 --resume ckz
 same "ZeRO-2 + row-wise shards save, 1 rank resumes = a straight run" restz.json one.json
+# Each ZeRO rank holds only its parts' moments; 2 ranks' parts resumed as 4 ranks' (other
+# cuts of every bucket), and 1 rank's whole state cut into 4.
+train restz4 4 --resume ckz --dense zero1
+train restz14 4 --resume ck1 --dense zero2
+same "ZeRO-2 on 2 ranks saves, ZeRO-1 on 4 resumes = a straight run" restz4.json one.json
+same "1 rank saves, ZeRO-2 on 4 resumes = a straight run" restz14.json one.json
 
 # The set's files: each rank's shard and the manifest, and nothing they replace.
 if [ "$(ls ck2 | grep -v lock | sed 's/-[0-9a-f]\{16\}-/-ID-/' | sort | tr '\n' ' ')" = \
