@@ -17,7 +17,9 @@
 // lanes with the same digit, and a lane's place among them is the count of lower lanes. Every
 // pass is integer arithmetic in a fixed order, so reruns are bit-identical.
 
-enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
+// 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
+// (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -27,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i64 n, i64 shift) {
   __shared__ int in_bucket[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) in_bucket[lane] = 0;
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -37,7 +39,8 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
   }
-  if (lane < RADIX_BUCKETS) counts[(i64)lane * radix_tiles(n) + blockIdx.x] = in_bucket[lane];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    counts[(i64)b * radix_tiles(n) + blockIdx.x] = in_bucket[b];
 }
 
 // x[0, per_tile · tiles of n) becomes its exclusive scan, in place; *total gets the sum. One
@@ -75,7 +78,8 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
                          const int *__restrict__ starts, i64 n, i64 shift) {
   __shared__ int next[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) next[lane] = starts[(i64)lane * radix_tiles(n) + blockIdx.x];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "checked.h"
+#include "internal_error.h"
 #include "kernels_embedded.h"
 #include "lower_ops.h"
 
@@ -27,6 +28,16 @@
 // SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
 enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
        SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
+// The digit width of table_grad.cuh's radix passes, read from its `RADIX_BITS = N` line, so
+// the passes and shifts here always match the kernels.
+static int table_radix_bits(void) {
+  const char *at = strstr(kernel_table_grad_cuh, "RADIX_BITS = ");
+  int bits = at ? atoi(at + strlen("RADIX_BITS = ")) : 0;
+  if (bits < 1 || bits > 16)
+    gemc_internal_error(__FILE__, __LINE__, "kernels/table_grad.cuh has no RADIX_BITS = N");
+  return bits;
+}
+
 static bool lower_embed(Lower *L, int node) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
@@ -461,8 +472,11 @@ static bool lower_table_grad(Lower *L, int node) {
   SCRATCH(vals0, "vals0", sym_scale(occ, 4));
   SCRATCH(keys1, "keys1", sym_scale(occ, 8));
   SCRATCH(vals1, "vals1", sym_scale(occ, 4));
-  // RADIX_BUCKETS counts per tile of 1024 occurrences: at most n / 16 + 64 bytes.
-  SCRATCH(counts, "bucket_counts", sym_add(occ, sym_const(64)));
+  // RADIX_BUCKETS 4-byte counts per tile of 1024 occurrences (also the runs' count per tile):
+  // n / 1024 + 1 tiles, each of (4 << bits) bytes, at most n + 1024 bytes at 8 bits.
+  const int64_t tile_bytes = (int64_t)4 << table_radix_bits();
+  SCRATCH(counts, "bucket_counts",
+          sym_add(sym_scale(occ, tile_bytes > 1024 ? tile_bytes / 1024 : 1), sym_const(tile_bytes)));
   SCRATCH(scan_total, "scan_total", sym_const(8));
   SCRATCH(dbegin, "distinct_begin", sym_scale(occ, 4));
   SCRATCH(dcount, "distinct_count", sym_scale(occ, 4));
@@ -491,27 +505,28 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_end(&kb, b.data);
   sb_free(&b);
 
-  // 2. a stable radix sort of the occurrences by id, RADIX_BITS (4) bits a pass, as many passes
+  // 2. a stable radix sort of the occurrences by id, RADIX_BITS (8) bits a pass, as many passes
   // as the row count needs; then the runs of equal ids. The warp kernels take a tile of 1024
   // occurrences a block. Hand-written kernels
   // (kernels/table_grad.cuh) shared by every table; kb_end_existing checks each launch's
   // arguments against the kernel's parameters. Nothing here walks the table's rows.
   int id_bits = 0;
   while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
-  int passes = id_bits <= 4 ? 1 : (id_bits + 3) / 4;
+  const int bits = table_radix_bits();
+  int passes = id_bits <= bits ? 1 : (id_bits + bits - 1) / bits;
   int keys_in = keys0, vals_in = vals0, keys_out = keys1, vals_out = vals1;
   for (int pass = 0; pass < passes; pass++) {
     kb_begin_existing(&kb, L, node, "table_grad_radix_count", occ, 1024, 32);
     kb_scratch(&kb, "int", "counts", counts, true);
     kb_scratch(&kb, "i64", "keys", keys_in, false);
     kb_size(&kb, "n", occ);
-    kb_int(&kb, "shift", 4 * pass);
+    kb_int(&kb, "shift", bits * pass);
     kb_end_existing(&kb);
     kb_begin_existing(&kb, L, node, "table_grad_scan_ints", sym_const(1), 1, 1024);
     kb_scratch(&kb, "int", "x", counts, true);
     kb_scratch(&kb, "i64", "total", scan_total, true);
     kb_size(&kb, "n", occ);
-    kb_int(&kb, "per_tile", 16);
+    kb_int(&kb, "per_tile", 1 << bits);
     kb_end_existing(&kb);
     kb_begin_existing(&kb, L, node, "table_grad_radix_scatter", occ, 1024, 32);
     kb_scratch(&kb, "i64", "keys_out", keys_out, true);
@@ -520,7 +535,7 @@ static bool lower_table_grad(Lower *L, int node) {
     kb_scratch(&kb, "int", "vals", vals_in, false);
     kb_scratch(&kb, "int", "starts", counts, false);
     kb_size(&kb, "n", occ);
-    kb_int(&kb, "shift", 4 * pass);
+    kb_int(&kb, "shift", bits * pass);
     kb_end_existing(&kb);
     int k = keys_in, v = vals_in;
     keys_in = keys_out, vals_in = vals_out, keys_out = k, vals_out = v;

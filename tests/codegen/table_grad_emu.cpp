@@ -21,20 +21,22 @@ int main(int argc, char **argv) {
   std::vector<float> rowsum(ROWS, 0.f);
   std::vector<i64> scan_total(1);
   std::vector<i64> keys0(n), keys1(n);
-  std::vector<int> vals0(n), vals1(n), counts(n + 64), dbeg(n), dcnt(n);
+  std::vector<int> vals0(n), vals1(n), dbeg(n), dcnt(n);
+  std::vector<int> counts(RADIX_BUCKETS * ((n + RADIX_TILE - 1) / RADIX_TILE) + 64);
   std::vector<char> rows(8 + n * (8 + 4 * D));
   i64 *hdr = (i64 *)rows.data();
   auto grid = [](i64 size, i64 per) { return (unsigned)((size + per - 1) / per); };
   int bits = 0;
   while (bits < 62 && ((i64)1 << bits) < ROWS) bits++;
-  int passes = bits <= 4 ? 1 : (bits + 3) / 4;  // as lower_sparse.c plans them
+  // as lower_sparse.c plans them
+  int passes = bits <= RADIX_BITS ? 1 : (bits + RADIX_BITS - 1) / RADIX_BITS;
   launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(keys0.data(), vals0.data(), ids.data(), n); });
   i64 *kin = keys0.data(), *kout = keys1.data();
   int *vin = vals0.data(), *vout = vals1.data();
   for (int p = 0; p < passes; p++) {
-    launch(grid(n, 1024), 32, [&] { table_grad_radix_count(counts.data(), kin, n, 4 * p); });
-    launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), scan_total.data(), n, 16); });
-    launch(grid(n, 1024), 32, [&] { table_grad_radix_scatter(kout, vout, kin, vin, counts.data(), n, 4 * p); });
+    launch(grid(n, 1024), 32, [&] { table_grad_radix_count(counts.data(), kin, n, RADIX_BITS * p); });
+    launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), scan_total.data(), n, RADIX_BUCKETS); });
+    launch(grid(n, 1024), 32, [&] { table_grad_radix_scatter(kout, vout, kin, vin, counts.data(), n, RADIX_BITS * p); });
     std::swap(kin, kout);
     std::swap(vin, vout);
   }

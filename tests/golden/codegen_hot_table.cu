@@ -579,7 +579,9 @@ embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
 // lanes with the same digit, and a lane's place among them is the count of lower lanes. Every
 // pass is integer arithmetic in a fixed order, so reruns are bit-identical.
 
-enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
+// 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
+// (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -589,7 +591,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i64 n, i64 shift) {
   __shared__ int in_bucket[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) in_bucket[lane] = 0;
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -599,7 +601,8 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
   }
-  if (lane < RADIX_BUCKETS) counts[(i64)lane * radix_tiles(n) + blockIdx.x] = in_bucket[lane];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    counts[(i64)b * radix_tiles(n) + blockIdx.x] = in_bucket[b];
 }
 
 // x[0, per_tile · tiles of n) becomes its exclusive scan, in place; *total gets the sum. One
@@ -637,7 +640,8 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
                          const int *__restrict__ starts, i64 n, i64 shift) {
   __shared__ int next[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) next[lane] = starts[(i64)lane * radix_tiles(n) + blockIdx.x];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -717,7 +721,7 @@ table_grad_gather_acts(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 721 "model.cu"
+#line 725 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -785,7 +789,7 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 789 "model.cu"
+#line 793 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -829,7 +833,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 833 "model.cu"
+#line 837 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -843,7 +847,7 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 847 "model.cu"
+#line 851 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -907,7 +911,7 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 911 "model.cu"
+#line 915 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -943,7 +947,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 947 "model.cu"
+#line 951 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1019,7 +1023,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1023 "model.cu"
+#line 1027 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1099,7 +1103,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1103 "model.cu"
+#line 1107 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1154,4 +1158,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1158 "model.cu"
+#line 1162 "model.cu"

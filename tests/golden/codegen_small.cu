@@ -1009,7 +1009,9 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
 // lanes with the same digit, and a lane's place among them is the count of lower lanes. Every
 // pass is integer arithmetic in a fixed order, so reruns are bit-identical.
 
-enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
+// 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
+// (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -1019,7 +1021,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i64 n, i64 shift) {
   __shared__ int in_bucket[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) in_bucket[lane] = 0;
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -1029,7 +1031,8 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
   }
-  if (lane < RADIX_BUCKETS) counts[(i64)lane * radix_tiles(n) + blockIdx.x] = in_bucket[lane];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    counts[(i64)b * radix_tiles(n) + blockIdx.x] = in_bucket[b];
 }
 
 // x[0, per_tile · tiles of n) becomes its exclusive scan, in place; *total gets the sum. One
@@ -1067,7 +1070,8 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
                          const int *__restrict__ starts, i64 n, i64 shift) {
   __shared__ int next[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) next[lane] = starts[(i64)lane * radix_tiles(n) + blockIdx.x];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -1147,7 +1151,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1151 "model.cu"
+#line 1155 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1223,7 +1227,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1227 "model.cu"
+#line 1231 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1307,7 +1311,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1311 "model.cu"
+#line 1315 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1321,7 +1325,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1325 "model.cu"
+#line 1329 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1393,7 +1397,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1397 "model.cu"
+#line 1401 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1473,7 +1477,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1477 "model.cu"
+#line 1481 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1568,4 +1572,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1572 "model.cu"
+#line 1576 "model.cu"

@@ -799,7 +799,9 @@ add_g_grad(float *__restrict__ out,
 // lanes with the same digit, and a lane's place among them is the count of lower lanes. Every
 // pass is integer arithmetic in a fixed order, so reruns are bit-identical.
 
-enum { RADIX_BITS = 4, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
+// 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
+// (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -809,7 +811,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i64 n, i64 shift) {
   __shared__ int in_bucket[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) in_bucket[lane] = 0;
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -819,7 +821,8 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
   }
-  if (lane < RADIX_BUCKETS) counts[(i64)lane * radix_tiles(n) + blockIdx.x] = in_bucket[lane];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    counts[(i64)b * radix_tiles(n) + blockIdx.x] = in_bucket[b];
 }
 
 // x[0, per_tile · tiles of n) becomes its exclusive scan, in place; *total gets the sum. One
@@ -857,7 +860,8 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
                          const int *__restrict__ starts, i64 n, i64 shift) {
   __shared__ int next[RADIX_BUCKETS];
   const int lane = threadIdx.x;
-  if (lane < RADIX_BUCKETS) next[lane] = starts[(i64)lane * radix_tiles(n) + blockIdx.x];
+  for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE)
+    next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
@@ -933,7 +937,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 937 "model.cu"
+#line 941 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -999,7 +1003,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 1003 "model.cu"
+#line 1007 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1073,7 +1077,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1077 "model.cu"
+#line 1081 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1149,7 +1153,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1153 "model.cu"
+#line 1157 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1229,7 +1233,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1233 "model.cu"
+#line 1237 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1283,4 +1287,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1287 "model.cu"
+#line 1291 "model.cu"
