@@ -32,9 +32,16 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
   for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    int digit = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  // The tile's digits first: 32 loads in flight a lane, not one load latency per step.
+  int digits[RADIX_TILE / WARP_SIZE];
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    digits[s] = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  }
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const int digit = digits[s];
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
@@ -82,15 +89,31 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
     next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    i64 key = i < n ? keys[i] : 0;
+  enum { STEPS = RADIX_TILE / WARP_SIZE, AHEAD = 8 };  // keys and values loaded 8 steps ahead
+  i64 key_at[AHEAD];
+  int val_at[AHEAD];
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    key_at[s] = i < n ? keys[i] : 0;
+    val_at[s] = i < n ? vals[i] : 0;
+  }
+#pragma unroll
+  for (int s = 0; s < STEPS; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    const i64 key = key_at[s % AHEAD];
+    const int val = val_at[s % AHEAD];
+    if (s + AHEAD < STEPS) {
+      const i64 j = i + AHEAD * WARP_SIZE;
+      key_at[s % AHEAD] = j < n ? keys[j] : 0;
+      val_at[s % AHEAD] = j < n ? vals[j] : 0;
+    }
     int digit = i < n ? (int)((key >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS) {
       int at = next[digit] + __popc(same & radix_lanes_below(lane));
       keys_out[at] = key;
-      vals_out[at] = vals[i];
+      vals_out[at] = val;
     }
     __syncwarp();
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) next[digit] += __popc(same);

@@ -594,9 +594,16 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
   for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    int digit = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  // The tile's digits first: 32 loads in flight a lane, not one load latency per step.
+  int digits[RADIX_TILE / WARP_SIZE];
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    digits[s] = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  }
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const int digit = digits[s];
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
@@ -644,15 +651,31 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
     next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    i64 key = i < n ? keys[i] : 0;
+  enum { STEPS = RADIX_TILE / WARP_SIZE, AHEAD = 8 };  // keys and values loaded 8 steps ahead
+  i64 key_at[AHEAD];
+  int val_at[AHEAD];
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    key_at[s] = i < n ? keys[i] : 0;
+    val_at[s] = i < n ? vals[i] : 0;
+  }
+#pragma unroll
+  for (int s = 0; s < STEPS; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    const i64 key = key_at[s % AHEAD];
+    const int val = val_at[s % AHEAD];
+    if (s + AHEAD < STEPS) {
+      const i64 j = i + AHEAD * WARP_SIZE;
+      key_at[s % AHEAD] = j < n ? keys[j] : 0;
+      val_at[s % AHEAD] = j < n ? vals[j] : 0;
+    }
     int digit = i < n ? (int)((key >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS) {
       int at = next[digit] + __popc(same & radix_lanes_below(lane));
       keys_out[at] = key;
-      vals_out[at] = vals[i];
+      vals_out[at] = val;
     }
     __syncwarp();
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) next[digit] += __popc(same);
@@ -721,7 +744,7 @@ table_grad_gather_acts(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 725 "model.cu"
+#line 748 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -789,7 +812,7 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 793 "model.cu"
+#line 816 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -833,7 +856,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 837 "model.cu"
+#line 860 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -847,7 +870,7 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 851 "model.cu"
+#line 874 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -911,7 +934,7 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 915 "model.cu"
+#line 938 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -947,7 +970,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 951 "model.cu"
+#line 974 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1023,7 +1046,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1027 "model.cu"
+#line 1050 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1103,7 +1126,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1107 "model.cu"
+#line 1130 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1158,4 +1181,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1162 "model.cu"
+#line 1185 "model.cu"

@@ -1024,9 +1024,16 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
   for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    int digit = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  // The tile's digits first: 32 loads in flight a lane, not one load latency per step.
+  int digits[RADIX_TILE / WARP_SIZE];
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    digits[s] = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  }
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const int digit = digits[s];
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
@@ -1074,15 +1081,31 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
     next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    i64 key = i < n ? keys[i] : 0;
+  enum { STEPS = RADIX_TILE / WARP_SIZE, AHEAD = 8 };  // keys and values loaded 8 steps ahead
+  i64 key_at[AHEAD];
+  int val_at[AHEAD];
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    key_at[s] = i < n ? keys[i] : 0;
+    val_at[s] = i < n ? vals[i] : 0;
+  }
+#pragma unroll
+  for (int s = 0; s < STEPS; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    const i64 key = key_at[s % AHEAD];
+    const int val = val_at[s % AHEAD];
+    if (s + AHEAD < STEPS) {
+      const i64 j = i + AHEAD * WARP_SIZE;
+      key_at[s % AHEAD] = j < n ? keys[j] : 0;
+      val_at[s % AHEAD] = j < n ? vals[j] : 0;
+    }
     int digit = i < n ? (int)((key >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS) {
       int at = next[digit] + __popc(same & radix_lanes_below(lane));
       keys_out[at] = key;
-      vals_out[at] = vals[i];
+      vals_out[at] = val;
     }
     __syncwarp();
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) next[digit] += __popc(same);
@@ -1151,7 +1174,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1155 "model.cu"
+#line 1178 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1227,7 +1250,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1231 "model.cu"
+#line 1254 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1311,7 +1334,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1315 "model.cu"
+#line 1338 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1325,7 +1348,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1329 "model.cu"
+#line 1352 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1397,7 +1420,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1401 "model.cu"
+#line 1424 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1477,7 +1500,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1481 "model.cu"
+#line 1504 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1572,4 +1595,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1576 "model.cu"
+#line 1599 "model.cu"

@@ -814,9 +814,16 @@ table_grad_radix_count(int *__restrict__ counts, const i64 *__restrict__ keys, i
   for (int b = lane; b < RADIX_BUCKETS; b += WARP_SIZE) in_bucket[b] = 0;
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    int digit = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  // The tile's digits first: 32 loads in flight a lane, not one load latency per step.
+  int digits[RADIX_TILE / WARP_SIZE];
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    digits[s] = i < n ? (int)((keys[i] >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;  // past n: none
+  }
+#pragma unroll
+  for (int s = 0; s < RADIX_TILE / WARP_SIZE; s++) {
+    const int digit = digits[s];
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) in_bucket[digit] += __popc(same);
     __syncwarp();
@@ -864,15 +871,31 @@ table_grad_radix_scatter(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
     next[b] = starts[(i64)b * radix_tiles(n) + blockIdx.x];
   __syncwarp();
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
-  for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
-    i64 i = first + g + lane;
-    i64 key = i < n ? keys[i] : 0;
+  enum { STEPS = RADIX_TILE / WARP_SIZE, AHEAD = 8 };  // keys and values loaded 8 steps ahead
+  i64 key_at[AHEAD];
+  int val_at[AHEAD];
+#pragma unroll
+  for (int s = 0; s < AHEAD; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    key_at[s] = i < n ? keys[i] : 0;
+    val_at[s] = i < n ? vals[i] : 0;
+  }
+#pragma unroll
+  for (int s = 0; s < STEPS; s++) {
+    const i64 i = first + s * WARP_SIZE + lane;
+    const i64 key = key_at[s % AHEAD];
+    const int val = val_at[s % AHEAD];
+    if (s + AHEAD < STEPS) {
+      const i64 j = i + AHEAD * WARP_SIZE;
+      key_at[s % AHEAD] = j < n ? keys[j] : 0;
+      val_at[s % AHEAD] = j < n ? vals[j] : 0;
+    }
     int digit = i < n ? (int)((key >> shift) & (RADIX_BUCKETS - 1)) : RADIX_BUCKETS;
     unsigned same = __match_any_sync(0xffffffffu, digit);
     if (digit < RADIX_BUCKETS) {
       int at = next[digit] + __popc(same & radix_lanes_below(lane));
       keys_out[at] = key;
-      vals_out[at] = vals[i];
+      vals_out[at] = val;
     }
     __syncwarp();
     if (digit < RADIX_BUCKETS && lane == __ffs(same) - 1) next[digit] += __popc(same);
@@ -937,7 +960,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 941 "model.cu"
+#line 964 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1003,7 +1026,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 1007 "model.cu"
+#line 1030 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1077,7 +1100,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1081 "model.cu"
+#line 1104 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1153,7 +1176,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1157 "model.cu"
+#line 1180 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1233,7 +1256,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1237 "model.cu"
+#line 1260 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1287,4 +1310,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1291 "model.cu"
+#line 1314 "model.cu"
