@@ -130,6 +130,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_runs_count(int *__restrict__ runs, const i64 *__restrict__ keys, i64 n) {
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int in_tile = 0;
+#pragma unroll 8
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE)
     in_tile += __popc(__ballot_sync(0xffffffffu, run_starts(keys, first + g + threadIdx.x, n)));
   if (threadIdx.x == 0) runs[blockIdx.x] = in_tile;
@@ -143,6 +144,7 @@ table_grad_runs_list(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_b
   const int lane = threadIdx.x;
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int rank = runs[blockIdx.x];
+#pragma unroll 8
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
     i64 i = first + g + lane;
     bool starts = run_starts(keys, i, n);

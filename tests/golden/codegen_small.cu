@@ -1122,6 +1122,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_runs_count(int *__restrict__ runs, const i64 *__restrict__ keys, i64 n) {
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int in_tile = 0;
+#pragma unroll 8
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE)
     in_tile += __popc(__ballot_sync(0xffffffffu, run_starts(keys, first + g + threadIdx.x, n)));
   if (threadIdx.x == 0) runs[blockIdx.x] = in_tile;
@@ -1135,6 +1136,7 @@ table_grad_runs_list(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_b
   const int lane = threadIdx.x;
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int rank = runs[blockIdx.x];
+#pragma unroll 8
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
     i64 i = first + g + lane;
     bool starts = run_starts(keys, i, n);
@@ -1174,7 +1176,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1178 "model.cu"
+#line 1180 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1250,7 +1252,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1254 "model.cu"
+#line 1256 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1334,7 +1336,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1338 "model.cu"
+#line 1340 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1348,7 +1350,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1352 "model.cu"
+#line 1354 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1420,7 +1422,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1424 "model.cu"
+#line 1426 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1500,7 +1502,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1504 "model.cu"
+#line 1506 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1595,4 +1597,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1599 "model.cu"
+#line 1601 "model.cu"

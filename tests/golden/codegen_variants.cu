@@ -912,6 +912,7 @@ extern "C" __global__ void __launch_bounds__(32)
 table_grad_runs_count(int *__restrict__ runs, const i64 *__restrict__ keys, i64 n) {
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int in_tile = 0;
+#pragma unroll 8
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE)
     in_tile += __popc(__ballot_sync(0xffffffffu, run_starts(keys, first + g + threadIdx.x, n)));
   if (threadIdx.x == 0) runs[blockIdx.x] = in_tile;
@@ -925,6 +926,7 @@ table_grad_runs_list(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_b
   const int lane = threadIdx.x;
   const i64 first = (i64)blockIdx.x * RADIX_TILE;
   int rank = runs[blockIdx.x];
+#pragma unroll 8
   for (int g = 0; g < RADIX_TILE; g += WARP_SIZE) {
     i64 i = first + g + lane;
     bool starts = run_starts(keys, i, n);
@@ -960,7 +962,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 964 "model.cu"
+#line 966 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1026,7 +1028,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 1030 "model.cu"
+#line 1032 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1100,7 +1102,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1104 "model.cu"
+#line 1106 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1176,7 +1178,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1180 "model.cu"
+#line 1182 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1256,7 +1258,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1260 "model.cu"
+#line 1262 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1310,4 +1312,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1314 "model.cu"
+#line 1316 "model.cu"
