@@ -275,9 +275,6 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
   emit_row_update(b, k, tt, "  ");
 }
 
-// A block per distinct id (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN is
-// summed in GROUPS contiguous parts added in order. from_list: the ids are the long list's,
-// LONG_BLOCKS blocks taking every LONG_BLOCKS-th; else block d takes distinct id d.
 // Inside a block kernel's column loop: g = this group's occurrences [lo, hi) of the run in
 // column col, then (GROUPS > 1) the groups' sums added in group order, into group 0's g.
 static void emit_groups_sum(StrBuf *b, const ApplyKernel *k) {
@@ -328,6 +325,10 @@ static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
              "  }\n");
 }
 
+// A block per distinct id (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN is
+// summed in GROUPS contiguous parts added in order. from_list: the ids are the long list's,
+// LONG_BLOCKS blocks taking every LONG_BLOCKS-th; else block d takes distinct id d.
+// k->blocks > 1: table_grad_parts summed the run, and one group adds its blocks' sums.
 static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, bool from_list) {
   sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
                "  __shared__ double partial[WARP_SIZE];\n"
@@ -355,9 +356,7 @@ static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, 
                      "  }\n"
                      "  __syncthreads();  // the row's gradient is read below\n",
               k->blocks);
-    ApplyKernel block = *k;
-    block.warp = false;
-    emit_row_update(&body, &block, tt, "  ");
+    emit_row_update(&body, k, tt, "  ");
     sb_puts(b, body.data);
     sb_free(&body);
     return;
@@ -474,7 +473,8 @@ static bool lower_table_grad(Lower *L, int node) {
   SCRATCH(vals1, "vals1", sym_scale(occ, 4));
   // RADIX_BUCKETS 4-byte counts per tile of 1024 occurrences (also the runs' count per tile):
   // n / 1024 + 1 tiles, each of (4 << bits) bytes, at most n + 1024 bytes at 8 bits.
-  const int64_t tile_bytes = (int64_t)4 << table_radix_bits();
+  const int bits = table_radix_bits();
+  const int64_t tile_bytes = (int64_t)4 << bits;
   SCRATCH(counts, "bucket_counts",
           sym_add(sym_scale(occ, tile_bytes > 1024 ? tile_bytes / 1024 : 1), sym_const(tile_bytes)));
   SCRATCH(scan_total, "scan_total", sym_const(8));
@@ -512,7 +512,6 @@ static bool lower_table_grad(Lower *L, int node) {
   // arguments against the kernel's parameters. Nothing here walks the table's rows.
   int id_bits = 0;
   while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
-  const int bits = table_radix_bits();
   int passes = id_bits <= bits ? 1 : (id_bits + bits - 1) / bits;
   int keys_in = keys0, vals_in = vals0, keys_out = keys1, vals_out = vals1;
   for (int pass = 0; pass < passes; pass++) {
@@ -571,10 +570,11 @@ static bool lower_table_grad(Lower *L, int node) {
   // `acts`, about 1,500 each) cuts a run longer than SPLIT_MIN over `blocks` blocks
   // (table_grad_parts), each splitting its part again into GROUPS summed in parallel, and the
   // apply kernel adds an id's blocks in order (deterministic; a run of at most SPLIT_MIN is
-  // summed in occurrence order as the CPU executor does, the same bits). Other tables get a warp per id; a run longer than SPLIT_MIN there (a popular item of
-  // a large table) is put on a list instead, and a second kernel of LONG_BLOCKS blocks sums
-  // those runs as the hot table's blocks do: one warp walking a run of thousands was most of
-  // the kernel's time (docs/perf.md).
+  // summed in occurrence order as the CPU executor does, the same bits). Other tables get a
+  // warp per id; a run longer than SPLIT_MIN there (a popular item of a large table) is put on
+  // a list instead, and a second kernel of LONG_BLOCKS blocks sums those runs as the hot
+  // table's blocks do: one warp walking a run of thousands was most of the kernel's time
+  // (docs/perf.md).
   int64_t tmax[64];
   for (int j = 0; j < ir->njagged && j < 64; j++) tmax[j] = ir->batch * ir->jagged[j].max_len;
   int64_t occ_max = symsize_eval(occ, ir->batch, tmax);
@@ -638,7 +638,9 @@ static bool lower_table_grad(Lower *L, int node) {
   else
     kb_begin(&kb, L, node, name, occ, warp ? APPLY_WARPS : 1,
              warp ? APPLY_WARPS * 32 : (int)gcols * parts);
-  apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, dcount, occ);
+  ApplyKernel apply = k;
+  if (blocks > 1) apply.parts = 1;  // one group of gcols threads adds the blocks' sums
+  apply_args(&kb, &apply, n->out, table, o.kind, sorted, dbegin, dcount, occ);
   if (blocks > 1) kb_scratch(&kb, "float", "part_sums", part_sums, false);
   if (warp) {
     kb_scratch(&kb, "int", "long_runs", long_list, true);
@@ -646,7 +648,7 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   b = (StrBuf){0};
   if (warp) emit_warp_apply(&b, &k, tt);
-  else emit_block_apply(&b, &k, tt, false);
+  else emit_block_apply(&b, &apply, tt, false);
   kb_end(&kb, b.data);
   sb_free(&b);
   if (!warp) {

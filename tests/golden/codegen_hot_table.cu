@@ -832,7 +832,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
     i64 max_distinct,
     const float *__restrict__ part_sums) {
 #line 15 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
+  enum { DIM = 48, GCOLS = 64, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
@@ -951,7 +951,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
     i64 max_distinct,
     const float *__restrict__ part_sums) {
 #line 16 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
+  enum { DIM = 48, GCOLS = 64, GROUPS = 1, SPLIT_MIN = 64, AHEAD = 8 };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
