@@ -19,8 +19,7 @@
 
 // 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
 // (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
-enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024,
-       SCAN_AHEAD = 8 };
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -59,15 +58,8 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
   const i64 count = per_tile * radix_tiles(n);
   const i64 per = (count + SCAN_THREADS - 1) / SCAN_THREADS, lo = threadIdx.x * per;
   const i64 hi = lo + per < count ? lo + per : count;
-  // A thread's range is read 8 values at a time, so 8 loads are in flight, not one.
   int mine = 0;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) mine += c[j];
-  }
+  for (i64 k = lo; k < hi; k++) mine += x[k];
   part[threadIdx.x] = mine;
   __syncthreads();
   for (int off = 1; off < SCAN_THREADS; off *= 2) {  // Hillis-Steele, inclusive
@@ -77,16 +69,10 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
     __syncthreads();
   }
   int run = part[threadIdx.x] - mine;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++)
-      if (k + j < hi) {
-        x[k + j] = run;
-        run += c[j];
-      }
+  for (i64 k = lo; k < hi; k++) {
+    int c = x[k];
+    x[k] = run;
+    run += c;
   }
   if (threadIdx.x == SCAN_THREADS - 1) *total = part[threadIdx.x];
 }

@@ -24,8 +24,8 @@ if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -o "$tmp/emu" te
   cat "$tmp/cxx.err"; exit 1
 fi
 fail=0
-# The last two give the scans more than one and more than 8 counts a thread (11 and 40 tiles
-# of 1024), so the 8-ahead loads and their remainders run.
+# The last two give the scans 3 and 10 counts a thread (11 and 40 tiles
+# of 1024), so the per-thread ranges of the scan are longer than one count.
 for args in "37 50 12" "1 50 12" "0 50 12" "60 9000 12" "100 9000 9000" "1100 70 70" "300 100000 100000" "40 16 16" "200 3000 3000" "2000 20 20" "11000 3000 3000" "40000 100000 100000"; do
   # shellcheck disable=SC2086
   if out=$("$tmp/emu" $args); then echo "PASS table_grad_emu $out"; else echo "FAIL table_grad_emu $out"; fail=1; fi

@@ -581,8 +581,7 @@ embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
 
 // 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
 // (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
-enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024,
-       SCAN_AHEAD = 8 };
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -621,15 +620,8 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
   const i64 count = per_tile * radix_tiles(n);
   const i64 per = (count + SCAN_THREADS - 1) / SCAN_THREADS, lo = threadIdx.x * per;
   const i64 hi = lo + per < count ? lo + per : count;
-  // A thread's range is read 8 values at a time, so 8 loads are in flight, not one.
   int mine = 0;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) mine += c[j];
-  }
+  for (i64 k = lo; k < hi; k++) mine += x[k];
   part[threadIdx.x] = mine;
   __syncthreads();
   for (int off = 1; off < SCAN_THREADS; off *= 2) {  // Hillis-Steele, inclusive
@@ -639,16 +631,10 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
     __syncthreads();
   }
   int run = part[threadIdx.x] - mine;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++)
-      if (k + j < hi) {
-        x[k + j] = run;
-        run += c[j];
-      }
+  for (i64 k = lo; k < hi; k++) {
+    int c = x[k];
+    x[k] = run;
+    run += c;
   }
   if (threadIdx.x == SCAN_THREADS - 1) *total = part[threadIdx.x];
 }
@@ -760,7 +746,7 @@ table_grad_gather_acts(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 764 "model.cu"
+#line 750 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -828,7 +814,7 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 832 "model.cu"
+#line 818 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -872,7 +858,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 876 "model.cu"
+#line 862 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -886,7 +872,7 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 890 "model.cu"
+#line 876 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -950,7 +936,7 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 954 "model.cu"
+#line 940 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -986,7 +972,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 990 "model.cu"
+#line 976 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1062,7 +1048,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1066 "model.cu"
+#line 1052 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1142,7 +1128,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1146 "model.cu"
+#line 1132 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1197,4 +1183,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1201 "model.cu"
+#line 1187 "model.cu"

@@ -1011,8 +1011,7 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
 
 // 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
 // (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
-enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024,
-       SCAN_AHEAD = 8 };
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -1051,15 +1050,8 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
   const i64 count = per_tile * radix_tiles(n);
   const i64 per = (count + SCAN_THREADS - 1) / SCAN_THREADS, lo = threadIdx.x * per;
   const i64 hi = lo + per < count ? lo + per : count;
-  // A thread's range is read 8 values at a time, so 8 loads are in flight, not one.
   int mine = 0;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) mine += c[j];
-  }
+  for (i64 k = lo; k < hi; k++) mine += x[k];
   part[threadIdx.x] = mine;
   __syncthreads();
   for (int off = 1; off < SCAN_THREADS; off *= 2) {  // Hillis-Steele, inclusive
@@ -1069,16 +1061,10 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
     __syncthreads();
   }
   int run = part[threadIdx.x] - mine;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++)
-      if (k + j < hi) {
-        x[k + j] = run;
-        run += c[j];
-      }
+  for (i64 k = lo; k < hi; k++) {
+    int c = x[k];
+    x[k] = run;
+    run += c;
   }
   if (threadIdx.x == SCAN_THREADS - 1) *total = part[threadIdx.x];
 }
@@ -1190,7 +1176,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1194 "model.cu"
+#line 1180 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1266,7 +1252,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1270 "model.cu"
+#line 1256 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1350,7 +1336,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1354 "model.cu"
+#line 1340 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1364,7 +1350,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1368 "model.cu"
+#line 1354 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1436,7 +1422,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1440 "model.cu"
+#line 1426 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1516,7 +1502,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1520 "model.cu"
+#line 1506 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1611,4 +1597,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1615 "model.cu"
+#line 1601 "model.cu"

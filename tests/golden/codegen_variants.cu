@@ -801,8 +801,7 @@ add_g_grad(float *__restrict__ out,
 
 // 8 bits a pass: a 4M-row table sorts in 3 passes (6 at 4 bits), each 3 launches. The lowering
 // (codegen/ops/lower_sparse.c) reads RADIX_BITS from this line.
-enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024,
-       SCAN_AHEAD = 8 };
+enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, RADIX_TILE = 1024, SCAN_THREADS = 1024 };
 
 __device__ __forceinline__ i64 radix_tiles(i64 n) { return (n + RADIX_TILE - 1) / RADIX_TILE; }
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -841,15 +840,8 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
   const i64 count = per_tile * radix_tiles(n);
   const i64 per = (count + SCAN_THREADS - 1) / SCAN_THREADS, lo = threadIdx.x * per;
   const i64 hi = lo + per < count ? lo + per : count;
-  // A thread's range is read 8 values at a time, so 8 loads are in flight, not one.
   int mine = 0;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) mine += c[j];
-  }
+  for (i64 k = lo; k < hi; k++) mine += x[k];
   part[threadIdx.x] = mine;
   __syncthreads();
   for (int off = 1; off < SCAN_THREADS; off *= 2) {  // Hillis-Steele, inclusive
@@ -859,16 +851,10 @@ table_grad_scan_ints(int *__restrict__ x, i64 *__restrict__ total, i64 n, i64 pe
     __syncthreads();
   }
   int run = part[threadIdx.x] - mine;
-  for (i64 k = lo; k < hi; k += SCAN_AHEAD) {
-    int c[SCAN_AHEAD];
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++) c[j] = k + j < hi ? x[k + j] : 0;
-#pragma unroll
-    for (int j = 0; j < SCAN_AHEAD; j++)
-      if (k + j < hi) {
-        x[k + j] = run;
-        run += c[j];
-      }
+  for (i64 k = lo; k < hi; k++) {
+    int c = x[k];
+    x[k] = run;
+    run += c;
   }
   if (threadIdx.x == SCAN_THREADS - 1) *total = part[threadIdx.x];
 }
@@ -976,7 +962,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 980 "model.cu"
+#line 966 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1042,7 +1028,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 1046 "model.cu"
+#line 1032 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1116,7 +1102,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1120 "model.cu"
+#line 1106 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1192,7 +1178,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1196 "model.cu"
+#line 1182 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1272,7 +1258,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial and part serve the next id
   }
 }
-#line 1276 "model.cu"
+#line 1262 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1326,4 +1312,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1330 "model.cu"
+#line 1316 "model.cu"
