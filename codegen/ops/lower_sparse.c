@@ -185,6 +185,19 @@ typedef struct ApplyKernel {
   int blocks; // the block variant: blocks per id (table_grad_parts), 1 when it sums alone
 } ApplyKernel;
 
+// The (ids, dy) pairs of a table_grad node as kernel parameters: `<what><p>` is input `first +
+// 2p` of the node (1: the ids, 2: the gradients) and `n<p>` the rows of pair p's ids.
+static void pair_args(KernelBuilder *kb, const Ir *ir, const Node *n, int npairs, const char *what,
+                      int first) {
+  for (int p = 0; p < npairs; p++) {
+    char name[32];
+    snprintf(name, sizeof name, "%s%d", what, p);
+    kb_tensor_in(kb, name, n->ins[first + 2 * p]);
+    snprintf(name, sizeof name, "n%d", p);
+    kb_size(kb, name, tensor_rows(ir, n->ins[1 + 2 * p]));
+  }
+}
+
 // The parameters both apply kernels share, in this order.
 static void apply_args(KernelBuilder *kb, const ApplyKernel *k, int rows_grad, int table,
                        OptimKind optim, int sorted, int dbegin, int dcount, SymSize occ) {
@@ -195,13 +208,7 @@ static void apply_args(KernelBuilder *kb, const ApplyKernel *k, int rows_grad, i
   kb_scratch(kb, "int", "sorted", sorted, false);
   kb_scratch(kb, "int", "distinct_begin", dbegin, false);
   kb_scratch(kb, "int", "distinct_count", dcount, false);
-  for (int p = 0; p < k->npairs; p++) {
-    char name[32];
-    snprintf(name, sizeof name, "dy%d", p);
-    kb_tensor_in(kb, name, k->n->ins[2 + 2 * p]);
-    snprintf(name, sizeof name, "n%d", p);
-    kb_size(kb, name, tensor_rows(k->ir, k->n->ins[1 + 2 * p]));
-  }
+  pair_args(kb, k->ir, k->n, k->npairs, "dy", 2);
   kb_size(kb, "max_distinct", occ);
 }
 
@@ -491,13 +498,7 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_scratch(&kb, "int", "vals", vals0, true);
   StrBuf b = {0};
   sb_puts(&b, "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup\n");
-  for (int k = 0; k < npairs; k++) {
-    char p[32];
-    snprintf(p, sizeof p, "ids%d", k);
-    kb_tensor_in(&kb, p, n->ins[1 + 2 * k]);
-    snprintf(p, sizeof p, "n%d", k);
-    kb_size(&kb, p, tensor_rows(ir, n->ins[1 + 2 * k]));
-  }
+  pair_args(&kb, ir, n, npairs, "ids", 1);
   for (int k = 0; k < npairs; k++) {
     sb_printf(&b, "  if (k < n%d) { keys[i] = ids%d[k]; vals[i] = (int)i; return; }\n  k -= n%d;\n",
               k, k, k);
@@ -615,13 +616,7 @@ static bool lower_table_grad(Lower *L, int node) {
     kb_scratch(&kb, "int", "sorted", sorted, false);
     kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
     kb_scratch(&kb, "int", "distinct_count", dcount, false);
-    for (int p = 0; p < npairs; p++) {
-      char arg[32];
-      snprintf(arg, sizeof arg, "dy%d", p);
-      kb_tensor_in(&kb, arg, n->ins[2 + 2 * p]);
-      snprintf(arg, sizeof arg, "n%d", p);
-      kb_size(&kb, arg, tensor_rows(ir, n->ins[1 + 2 * p]));
-    }
+    pair_args(&kb, ir, n, npairs, "dy", 2);
     kb_scratch(&kb, "float", "part_sums", part_sums, true);
     b = (StrBuf){0};
     emit_block_parts(&b, &k);
