@@ -28,14 +28,16 @@
 // SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
 enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
        SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
-// The digit width of table_grad.cuh's radix passes, read from its `RADIX_BITS = N` line, so
-// the passes and shifts here always match the kernels.
-static int table_radix_bits(void) {
-  const char *at = strstr(kernel_table_grad_cuh, "RADIX_BITS = ");
-  int bits = at ? atoi(at + strlen("RADIX_BITS = ")) : 0;
-  if (bits < 1 || bits > 16)
-    gemc_internal_error(__FILE__, __LINE__, "kernels/table_grad.cuh has no RADIX_BITS = N");
-  return bits;
+// An enum constant of kernels/table_grad.cuh (its `NAME = N` text), so the passes, shifts and
+// tiles here always match the kernels.
+static int table_grad_constant(const char *name, int lo, int hi) {
+  char text[64];
+  snprintf(text, sizeof text, "%s = ", name);
+  const char *at = strstr(kernel_table_grad_cuh, text);
+  int v = at ? atoi(at + strlen(text)) : 0;
+  if (v < lo || v > hi)
+    gemc_internal_error(__FILE__, __LINE__, "kernels/table_grad.cuh has no usable enum constant");
+  return v;
 }
 
 static bool lower_embed(Lower *L, int node) {
@@ -200,14 +202,13 @@ static void pair_args(KernelBuilder *kb, const Ir *ir, const Node *n, int npairs
 
 // The parameters both apply kernels share, in this order.
 static void apply_args(KernelBuilder *kb, const ApplyKernel *k, int rows_grad, int table,
-                       OptimKind optim, int sorted, int dbegin, int dcount, SymSize occ) {
+                       OptimKind optim, int sorted, int dbegin, SymSize occ) {
   kb->launch->optimizer = false;
   kb_tensor_out(kb, "rows_grad", rows_grad);
   kb_tensor_out(kb, "table", table);
   if (optim == OPTIM_ROWWISE_ADAGRAD) kb_optstate(kb, "rowsum", table, 0);
   kb_scratch(kb, "int", "sorted", sorted, false);
   kb_scratch(kb, "int", "distinct_begin", dbegin, false);
-  kb_scratch(kb, "int", "distinct_count", dcount, false);
   pair_args(kb, k->ir, k->n, k->npairs, "dy", 2);
   kb_size(kb, "max_distinct", occ);
 }
@@ -264,7 +265,7 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
                "  if (d >= header[0]) return;  // the whole warp: nothing below syncs the block\n"
                "  i64 row = header[1 + d];\n"
                "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
-               "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+               "  int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;\n"
                "  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it\n"
                "    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;\n"
                "    return;\n"
@@ -315,7 +316,7 @@ static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
                "  const i64 d = blockIdx.x / BLOCKS;\n"
                "  const int piece = (int)(blockIdx.x %% BLOCKS);\n"
                "  if (d >= header[0]) return;\n"
-               "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+               "  int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;\n"
                "  const bool split = count > SPLIT_MIN;\n"
                "  const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;\n"
                "  const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;\n"
@@ -370,7 +371,7 @@ static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, 
   }
   sb_puts(&body, "  i64 row = header[1 + d];\n"
                  "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
-                 "  int begin = distinct_begin[d], count = distinct_count[d];\n"
+                 "  int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;\n"
                  "  // This group's part of the run: all of it for group 0 when the run is short.\n"
                  "  const bool split = GROUPS > 1 && count > SPLIT_MIN;\n"
                  "  const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;\n"
@@ -478,15 +479,8 @@ static bool lower_table_grad(Lower *L, int node) {
   SCRATCH(vals0, "vals0", sym_scale(occ, 4));
   SCRATCH(keys1, "keys1", sym_scale(occ, 8));
   SCRATCH(vals1, "vals1", sym_scale(occ, 4));
-  // RADIX_BUCKETS 4-byte counts per tile of 1024 occurrences (also the runs' count per tile):
-  // n / 1024 + 1 tiles, each of (4 << bits) bytes, at most n + 1024 bytes at 8 bits.
-  const int bits = table_radix_bits();
-  const int64_t tile_bytes = (int64_t)4 << bits;
-  SCRATCH(counts, "bucket_counts",
-          sym_add(sym_scale(occ, tile_bytes > 1024 ? tile_bytes / 1024 : 1), sym_const(tile_bytes)));
-  SCRATCH(scan_total, "scan_total", sym_const(8));
-  SCRATCH(dbegin, "distinct_begin", sym_scale(occ, 4));
-  SCRATCH(dcount, "distinct_count", sym_scale(occ, 4));
+  // distinct_begin[U] = n ends the last run: U + 1 entries.
+  SCRATCH(dbegin, "distinct_begin", sym_add(sym_scale(occ, 4), sym_const(4)));
 #undef SCRATCH
 
   // 1. gather the ids of every lookup, in use order, with their positions: the sort's input.
@@ -507,62 +501,63 @@ static bool lower_table_grad(Lower *L, int node) {
   sb_free(&b);
 
   // 2. a stable radix sort of the occurrences by id, RADIX_BITS (8) bits a pass, as many passes
-  // as the row count needs; then the runs of equal ids. The warp kernels take a tile of 1024
-  // occurrences a block. Hand-written kernels
+  // as the row count needs; then the runs of equal ids. Hand-written kernels
   // (kernels/table_grad.cuh) shared by every table; kb_end_existing checks each launch's
-  // arguments against the kernel's parameters. Nothing here walks the table's rows.
+  // arguments against the kernel's parameters. Nothing here walks the table's rows. Each
+  // kernel is one launch of `tiles` blocks of 1024 threads (one block an SM, so every tile is
+  // resident at once, though none needs to be: a block waits only for tiles claimed before it),
+  // at least 1024 occurrences a tile at the largest batch.
+  const int bits = table_grad_constant("RADIX_BITS", 1, 16);
+  const int buckets = 1 << bits;
+  const int max_tiles = table_grad_constant("SORT_MAX_TILES", 1, 4096);
+  const int max_passes = table_grad_constant("SORT_MAX_PASSES", 1, 64);
+  const int pass_totals = table_grad_constant("SORT_COUNTERS", 1, 1024) + max_passes * buckets + max_tiles;
+  int64_t occ_cap[64];
+  for (int j = 0; j < ir->njagged && j < 64; j++) occ_cap[j] = ir->batch * ir->jagged[j].max_len;
+  int64_t occ_max = symsize_eval(occ, ir->batch, occ_cap);
+  if (occ_max >= INT32_MAX / 2)
+    return lower_fail(L, node, "a table's lookups number 2^30 or more in one batch; the id sort "
+                               "counts them in 31 bits");
+  int tiles = (int)((occ_max + 1023) / 1024);
+  if (tiles > max_tiles) tiles = max_tiles;
+  if (tiles < 1) tiles = 1;
   int id_bits = 0;
   while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
   int passes = id_bits <= bits ? 1 : (id_bits + bits - 1) / bits;
+  if (passes > max_passes) return lower_fail(L, node, "a table of more than 2^62 rows");
+  snprintf(sname, sizeof sname, "%s.grad.sort_state", tn);
+  const int64_t state_bytes = 4 * ((int64_t)pass_totals + (int64_t)passes * tiles * buckets);
+  int state = lower_new_scratch(L, sname, sym_const(state_bytes));
+  Launch *zero = lower_new_launch(L, LAUNCH_ZERO, node);
+  zero->zero_arg = (LaunchArg){.kind = ARG_SCRATCH, .tensor = -1, .slot = state, .jag = -1,
+                               .tiles = -1};
+  zero->zero_bytes = sym_const(state_bytes);
+  kb_begin_existing(&kb, L, node, "table_grad_radix_histogram", sym_const(tiles), 1, 1024);
+  kb_scratch(&kb, "int", "state", state, true);
+  kb_scratch(&kb, "i64", "keys", keys0, false);
+  kb_size(&kb, "n", occ);
+  kb_int(&kb, "passes", passes);
+  kb_end_existing(&kb);
   int keys_in = keys0, vals_in = vals0, keys_out = keys1, vals_out = vals1;
   for (int pass = 0; pass < passes; pass++) {
-    kb_begin_existing(&kb, L, node, "table_grad_radix_count", occ, 1024, 32);
-    kb_scratch(&kb, "int", "counts", counts, true);
-    kb_scratch(&kb, "i64", "keys", keys_in, false);
-    kb_size(&kb, "n", occ);
-    kb_int(&kb, "shift", bits * pass);
-    kb_end_existing(&kb);
-    kb_begin_existing(&kb, L, node, "table_grad_scan_ints", sym_const(1), 1, 1024);
-    kb_scratch(&kb, "int", "x", counts, true);
-    kb_scratch(&kb, "i64", "total", scan_total, true);
-    kb_size(&kb, "n", occ);
-    kb_int(&kb, "per_tile", 1 << bits);
-    kb_end_existing(&kb);
-    kb_begin_existing(&kb, L, node, "table_grad_radix_scatter", occ, 1024, 32);
+    kb_begin_existing(&kb, L, node, "table_grad_radix_pass", sym_const(tiles), 1, 1024);
     kb_scratch(&kb, "i64", "keys_out", keys_out, true);
     kb_scratch(&kb, "int", "vals_out", vals_out, true);
     kb_scratch(&kb, "i64", "keys", keys_in, false);
     kb_scratch(&kb, "int", "vals", vals_in, false);
-    kb_scratch(&kb, "int", "starts", counts, false);
+    kb_scratch(&kb, "int", "state", state, true);
     kb_size(&kb, "n", occ);
-    kb_int(&kb, "shift", bits * pass);
+    kb_int(&kb, "pass", pass);
     kb_end_existing(&kb);
     int k = keys_in, v = vals_in;
     keys_in = keys_out, vals_in = vals_out, keys_out = k, vals_out = v;
   }
   int sorted = vals_in;  // occurrence indices grouped by id, each group in occurrence order
-  kb_begin_existing(&kb, L, node, "table_grad_runs_count", occ, 1024, 32);
-  kb_scratch(&kb, "int", "runs", counts, true);
-  kb_scratch(&kb, "i64", "keys", keys_in, false);
-  kb_size(&kb, "n", occ);
-  kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_scan_ints", sym_const(1), 1, 1024);
-  kb_scratch(&kb, "int", "x", counts, true);
-  kb_tensor_typed(&kb, "i64", "total", n->out, true);
-  kb_size(&kb, "n", occ);
-  kb_int(&kb, "per_tile", 1);
-  kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_runs_list", occ, 1024, 32);
+  kb_begin_existing(&kb, L, node, "table_grad_runs", sym_const(tiles), 1, 1024);
   kb_tensor_typed(&kb, "i64", "rows_tensor", n->out, true);
   kb_scratch(&kb, "int", "distinct_begin", dbegin, true);
   kb_scratch(&kb, "i64", "keys", keys_in, false);
-  kb_scratch(&kb, "int", "runs", counts, false);
-  kb_size(&kb, "n", occ);
-  kb_end_existing(&kb);
-  kb_begin_existing(&kb, L, node, "table_grad_runs_length", occ, 256, 256);
-  kb_scratch(&kb, "int", "distinct_count", dcount, true);
-  kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
-  kb_tensor_typed(&kb, "i64", "rows_header", n->out, false);
+  kb_scratch(&kb, "int", "state", state, true);
   kb_size(&kb, "n", occ);
   kb_end_existing(&kb);
 
@@ -576,9 +571,6 @@ static bool lower_table_grad(Lower *L, int node) {
   // a list instead, and a second kernel of LONG_BLOCKS blocks sums those runs as the hot
   // table's blocks do: one warp walking a run of thousands was most of the kernel's time
   // (docs/perf.md).
-  int64_t tmax[64];
-  for (int j = 0; j < ir->njagged && j < 64; j++) tmax[j] = ir->batch * ir->jagged[j].max_len;
-  int64_t occ_max = symsize_eval(occ, ir->batch, tmax);
   int64_t gcols = dim < 1024 ? (dim + 31) / 32 * 32 : 1024;
   bool hot = rows > 0 && occ_max / rows >= HOT_OCCURRENCES;
   int parts = gcols <= 512 ? (int)(1024 / gcols) : 1;  // a block's groups for long runs
@@ -615,7 +607,6 @@ static bool lower_table_grad(Lower *L, int node) {
     kb_tensor_typed(&kb, "i64", "rows_grad", n->out, false);  // its header: U
     kb_scratch(&kb, "int", "sorted", sorted, false);
     kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
-    kb_scratch(&kb, "int", "distinct_count", dcount, false);
     pair_args(&kb, ir, n, npairs, "dy", 2);
     kb_scratch(&kb, "float", "part_sums", part_sums, true);
     b = (StrBuf){0};
@@ -635,7 +626,7 @@ static bool lower_table_grad(Lower *L, int node) {
              warp ? APPLY_WARPS * 32 : (int)gcols * parts);
   ApplyKernel apply = k;
   if (blocks > 1) apply.parts = 1;  // one group of gcols threads adds the blocks' sums
-  apply_args(&kb, &apply, n->out, table, o.kind, sorted, dbegin, dcount, occ);
+  apply_args(&kb, &apply, n->out, table, o.kind, sorted, dbegin, occ);
   if (blocks > 1) kb_scratch(&kb, "float", "part_sums", part_sums, false);
   if (warp) {
     kb_scratch(&kb, "int", "long_runs", long_list, true);
@@ -657,7 +648,7 @@ static bool lower_table_grad(Lower *L, int node) {
            optim_name(o.kind));
   lower_comment(L, node, what);
   kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, (int)gcols * parts);
-  apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, dcount, occ);
+  apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, occ);
   kb_scratch(&kb, "int", "long_runs", long_list, false);
   kb_scratch(&kb, "unsigned", "long_count", long_count, false);
   b = (StrBuf){0};

@@ -8,7 +8,7 @@
 // barrier some threads never reach (while others have not exited) stops with a message, not a
 // hang. (One OS thread per CUDA thread cost 10x more: futex wake-ups of 256 threads on 2 cores.)
 // defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync,
-//          __match_any_sync, __ballot_sync, __popc, __ffs, atomics
+//          __match_any_sync, __ballot_sync, __popc, __ffs, __nanosleep, atomics
 #include <cstdint>
 #include <vector>
 #include <cmath>
@@ -102,6 +102,10 @@ inline unsigned __match_any_sync(unsigned, int v) {
 inline unsigned __ballot_sync(unsigned, bool pred) {
   return warp_lanes_where([](double a, double) { return a != 0.0; }, pred ? 1.0 : 0.0);
 }
+// A spin-wait's pause: the fiber yields, so a wait on a block that never runs (blocks run one
+// after another here) stops as a deadlock instead of spinning forever.
+inline void emu_yield();
+inline void __nanosleep(unsigned) { emu_yield(); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 // The rounded fp32 intrinsics (never fused into an fma; neither is plain C++ here).

@@ -19,39 +19,37 @@ int main(int argc, char **argv) {
   std::vector<bf16_t> tab0(ROWS * D); for (auto &x : tab0) x = bf16_encode((float)(uni() * 2 - 1));
   std::vector<bf16_t> tab = tab0;
   std::vector<float> rowsum(ROWS, 0.f);
-  std::vector<i64> scan_total(1);
   std::vector<i64> keys0(n), keys1(n);
-  std::vector<int> vals0(n), vals1(n), dbeg(n), dcnt(n);
-  std::vector<int> counts(RADIX_BUCKETS * ((n + RADIX_TILE - 1) / RADIX_TILE) + 64);
+  std::vector<int> vals0(n), vals1(n), dbeg(n + 1);
   std::vector<char> rows(8 + n * (8 + 4 * D));
   i64 *hdr = (i64 *)rows.data();
   auto grid = [](i64 size, i64 per) { return (unsigned)((size + per - 1) / per); };
   int bits = 0;
   while (bits < 62 && ((i64)1 << bits) < ROWS) bits++;
-  // as lower_sparse.c plans them
+  // as lower_sparse.c plans them (the tiles may be given: more tiles than 1024 occurrences each)
   int passes = bits <= RADIX_BITS ? 1 : (bits + RADIX_BITS - 1) / RADIX_BITS;
+  unsigned tiles = argc > 4 ? (unsigned)atoi(argv[4]) : grid(n, 1024);
+  if (tiles > SORT_MAX_TILES) tiles = SORT_MAX_TILES;
+  if (tiles < 1) tiles = 1;
+  std::vector<int> state(SORT_PASS_TOTALS + passes * tiles * RADIX_BUCKETS, 0);
   launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(keys0.data(), vals0.data(), ids.data(), n); });
+  launch(tiles, 1024, [&] { table_grad_radix_histogram(state.data(), keys0.data(), n, passes); });
   i64 *kin = keys0.data(), *kout = keys1.data();
   int *vin = vals0.data(), *vout = vals1.data();
   for (int p = 0; p < passes; p++) {
-    launch(grid(n, 1024), 32, [&] { table_grad_radix_count(counts.data(), kin, n, RADIX_BITS * p); });
-    launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), scan_total.data(), n, RADIX_BUCKETS); });
-    launch(grid(n, 1024), 32, [&] { table_grad_radix_scatter(kout, vout, kin, vin, counts.data(), n, RADIX_BITS * p); });
+    launch(tiles, 1024, [&] { table_grad_radix_pass(kout, vout, kin, vin, state.data(), n, p); });
     std::swap(kin, kout);
     std::swap(vin, vout);
   }
   int *sorted = vin;
-  launch(grid(n, 1024), 32, [&] { table_grad_runs_count(counts.data(), kin, n); });
-  launch(1, 1024, [&] { table_grad_scan_ints(counts.data(), hdr, n, 1); });
-  launch(grid(n, 1024), 32, [&] { table_grad_runs_list(hdr, dbeg.data(), kin, counts.data(), n); });
-  launch(grid(n, 256), 256, [&] { table_grad_runs_length(dcnt.data(), dbeg.data(), hdr, n); });
+  launch(tiles, 1024, [&] { table_grad_runs(hdr, dbeg.data(), kin, state.data(), n); });
   // A warp per id, 8 ids a block; runs longer than 64 listed for the long kernel (1024 threads:
   // 32 groups of 32 columns for D = 16), which sums them in 32 parts. The plan gives it 264
   // blocks; 2 here take the same ids in turn (li += gridDim.x) at a fraction of the threads.
   std::vector<int> long_runs(n + 1);
   unsigned long_count = 0;
-  launch(grid(n, 8), 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dcnt.data(), dy.data(), n, n, long_runs.data(), &long_count); });
-  launch(2, 1024, [&] { table_grad_apply_long_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dcnt.data(), dy.data(), n, n, long_runs.data(), &long_count); });
+  launch(grid(n, 8), 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), &long_count); });
+  launch(2, 1024, [&] { table_grad_apply_long_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), &long_count); });
   // reference
   i64 U = 0; int bad = 0;
   const i64 *gids = hdr + 1; const float *gv = (const float *)(gids + n);
