@@ -27,6 +27,9 @@
 // A hot table's runs are also cut over up to SPLIT_BLOCKS blocks each (enough blocks for
 // SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
 enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
+       // the warp kernels: 4 occurrences x 8 columns in flight a lane keeps them at 64 registers
+       // or fewer (8 x 8 took 89: 2 blocks of 8 warps an SM, 22% occupancy, docs/perf.md)
+       WARP_AHEAD = 4, LONG_WARPS = 32,
        SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
 // An enum constant of kernels/table_grad.cuh (its `NAME = N` text), so the passes, shifts and
 // tiles here always match the kernels.
@@ -143,37 +146,47 @@ static void emit_run_sum(StrBuf *b, const char *in, const char *lo, const char *
             in, lo, in, hi, in, in, in, in, in, in, in, hi);
 }
 
-// The warp variant's `values(occ, v)`: occurrence occ's gradient in columns c0 .. c0 + VEC - 1,
-// one vector load from its lookup's dy row; and g[] += the whole run, in occurrence order, the
-// loads of AHEAD occurrences issued before their adds.
-static void emit_values_run_sum(StrBuf *b, const Ir *ir, const Node *n, int npairs) {
-  sb_puts(b, "    // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.\n"
-             "    auto values = [&](i64 occ, float *v) {\n");
+// The warp variants' `values(occ, v)`: occurrence occ's gradient in columns c0 .. c0 + VEC - 1,
+// one vector load from its lookup's dy row; and g[] += the run's occurrences [lo, hi), in
+// occurrence order, the loads of AHEAD occurrences issued before their adds. `in` indents.
+static void emit_values_run_sum(StrBuf *b, const Ir *ir, const Node *n, int npairs, const char *in,
+                                const char *lo, const char *hi) {
+  sb_printf(b, "%s// The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.\n"
+               "%sauto values = [&](i64 occ, float *v) {\n", in, in);
   for (int k = 0; k < npairs; k++)
-    sb_printf(b, "      if (occ < n%d) return %s_n<VEC>(dy%d, occ * DIM + c0, v);\n      occ -= n%d;\n",
-              k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, k);
-  sb_puts(b, "      for (int j = 0; j < VEC; j++) v[j] = 0.0f;\n"
-             "    };\n"
-             "    float g[VEC] = {};\n"
-             "    int e = 0;\n"
-             "    for (; e + AHEAD <= count; e += AHEAD) {\n"
-             "      int at[AHEAD];\n"
-             "      float v[AHEAD][VEC];\n"
-             "#pragma unroll\n"
-             "      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
-             "#pragma unroll\n"
-             "      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);\n"
-             "#pragma unroll\n"
-             "      for (int u = 0; u < AHEAD; u++)\n"
-             "#pragma unroll\n"
-             "        for (int j = 0; j < VEC; j++) g[j] += v[u][j];\n"
-             "    }\n"
-             "    for (; e < count; e++) {\n"
-             "      float v[VEC];\n"
-             "      values(sorted[begin + e], v);\n"
-             "#pragma unroll\n"
-             "      for (int j = 0; j < VEC; j++) g[j] += v[j];\n"
-             "    }\n");
+    sb_printf(b, "%s  if (occ < n%d) return %s_n<VEC>(dy%d, occ * DIM + c0, v);\n%s  occ -= n%d;\n",
+              in, k, dtype_load(ir->tensors[n->ins[2 + 2 * k]].dtype), k, in, k);
+  sb_printf(b, "%s  for (int j = 0; j < VEC; j++) v[j] = 0.0f;\n"
+               "%s};\n"
+               "%sfloat g[VEC] = {};\n"
+               "%sint e = %s;\n"
+               "%sfor (; e + AHEAD <= %s; e += AHEAD) {\n"
+               "%s  int at[AHEAD];\n"
+               "%s  float v[AHEAD][VEC];\n"
+               "#pragma unroll\n"
+               "%s  for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
+               "#pragma unroll\n"
+               "%s  for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);\n"
+               "#pragma unroll\n"
+               "%s  for (int u = 0; u < AHEAD; u++)\n"
+               "#pragma unroll\n"
+               "%s    for (int j = 0; j < VEC; j++) g[j] += v[u][j];\n"
+               "%s}\n"
+               "%sfor (; e < %s; e++) {\n"
+               "%s  float v[VEC];\n"
+               "%s  values(sorted[begin + e], v);\n"
+               "#pragma unroll\n"
+               "%s  for (int j = 0; j < VEC; j++) g[j] += v[j];\n"
+               "%s}\n",
+            in, in, in, in, lo, in, hi, in, in, in, in, in, in, in, in, hi, in, in, in, in);
+}
+
+// The columns a lane of the warp variants owns: VEC adjacent ones (8 for D = 256: one 16-byte
+// load an occurrence), the widest that divides DIM and leaves no lane of a 32 x VEC chunk idle.
+static int warp_vec(int64_t dim) {
+  int vec = 8;
+  while (vec > 1 && (dim % vec != 0 || 32 * vec > dim)) vec /= 2;
+  return vec;
 }
 
 // What table_grad_apply's emitters need to know.
@@ -256,8 +269,7 @@ static void emit_row_update(StrBuf *b, const ApplyKernel *k, const Tensor *tt, c
 // DIM = 256. Each column sums its run in occurrence order (the CPU's bits). A run longer than
 // SPLIT_MIN goes on the long list for table_grad_apply_long.
 static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
-  int vec = 8;
-  while (vec > 1 && (k->dim % vec != 0 || 32 * vec > k->dim)) vec /= 2;
+  int vec = warp_vec(k->dim);
   sb_printf(b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d, VEC = %d, SPLIT_MIN = %d };\n"
                "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
                "  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;\n"
@@ -272,8 +284,8 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
                "  }\n"
                "  double sum_sq = 0.0;\n"
                "  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {\n",
-            (long long)k->dim, APPLY_WARPS, APPLY_AHEAD, vec, SPLIT_MIN);
-  emit_values_run_sum(b, k->ir, k->n, k->npairs);
+            (long long)k->dim, APPLY_WARPS, WARP_AHEAD, vec, SPLIT_MIN);
+  emit_values_run_sum(b, k->ir, k->n, k->npairs, "    ", "0", "count");
   sb_puts(b, "#pragma unroll\n"
              "    for (int j = 0; j < VEC; j++) {\n"
              "      grad[c0 + j] = g[j];\n"
@@ -281,6 +293,50 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
              "    }\n"
              "  }\n");
   emit_row_update(b, k, tt, "  ");
+}
+
+// table_grad_apply_long: the listed long runs (more than SPLIT_MIN occurrences), LONG_BLOCKS
+// blocks of LONG_WARPS warps taking the listed ids c, c + LONG_BLOCKS, ... Warp w sums the w-th
+// of LONG_WARPS contiguous parts of the run, VEC columns a lane, WARP_AHEAD occurrences in
+// flight (the warp apply's loop), a chunk of 32 VEC columns at a time; the block adds the warps' sums
+// in warp order, so the result does not depend on the list's order. Then the row's update.
+// (Four groups of one column a thread, as before, walked a popular item's run of thousands
+// with 32 loads in flight a block: 0.134 ms of gem_small's step, docs/perf.md.)
+static void emit_long_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
+  sb_printf(b, "  enum { DIM = %lld, VEC = %d, AHEAD = %d, WARPS = %d, CHUNK = WARP_SIZE * VEC };\n"
+               "  __shared__ double partial[WARP_SIZE];\n"
+               "  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns\n"
+               "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
+               "  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x %% WARP_SIZE);\n"
+               "  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {\n"
+               "    i64 d = long_runs[li];\n"
+               "    i64 row = header[1 + d];\n"
+               "    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
+               "    int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;\n"
+               "    const int lo = (int)((i64)count * warp / WARPS), hi = (int)((i64)count * (warp + 1) / WARPS);\n"
+               "    double sum_sq = 0.0;\n"
+               "    for (int chunk = 0; chunk < DIM; chunk += CHUNK) {\n"
+               "      const int c0 = chunk + lane * VEC;\n"
+               "      if (c0 < DIM) {\n",
+            (long long)k->dim, warp_vec(k->dim), WARP_AHEAD, LONG_WARPS);
+  emit_values_run_sum(b, k->ir, k->n, k->npairs, "        ", "lo", "hi");
+  sb_puts(b, "#pragma unroll\n"
+             "        for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];\n"
+             "      }\n"
+             "      __syncthreads();\n"
+             "      for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {\n"
+             "        float g = 0.0f;\n"
+             "        for (int w = 0; w < WARPS; w++) g += part[w][t];\n"
+             "        grad[chunk + t] = g;\n"
+             "        sum_sq += (double)g * g;\n"
+             "      }\n"
+             "      __syncthreads();  // part serves the next chunk; the row's gradient is read below\n"
+             "    }\n");
+  ApplyKernel block = *k;
+  block.warp = false;
+  emit_row_update(b, &block, tt, "    ");
+  sb_puts(b, "    __syncthreads();  // partial serves the next id\n"
+             "  }\n");
 }
 
 // Inside a block kernel's column loop: g = this group's occurrences [lo, hi) of the run in
@@ -333,23 +389,18 @@ static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
              "  }\n");
 }
 
-// A block per distinct id (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN is
-// summed in GROUPS contiguous parts added in order. from_list: the ids are the long list's,
-// LONG_BLOCKS blocks taking every LONG_BLOCKS-th; else block d takes distinct id d.
+// A block per distinct id d (GCOLS threads a group, GROUPS groups): a run longer than SPLIT_MIN
+// is summed in GROUPS contiguous parts added in order.
 // k->blocks > 1: table_grad_parts summed the run, and one group adds its blocks' sums.
-static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, bool from_list) {
+static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
   sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d };\n"
                "  __shared__ double partial[WARP_SIZE];\n"
                "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
                "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
                "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n",
             (long long)k->dim, (long long)k->gcols, k->parts, SPLIT_MIN, APPLY_AHEAD);
-  if (from_list)
-    sb_puts(b, "  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {\n"
-               "    i64 d = long_runs[li];\n");
-  else
-    sb_puts(b, "  i64 d = blockIdx.x;\n"
-               "  if (d >= header[0]) return;\n");
+  sb_puts(b, "  i64 d = blockIdx.x;\n"
+             "  if (d >= header[0]) return;\n");
   StrBuf body = {0};
   if (k->blocks > 1) {  // the run was summed by table_grad_parts: add its blocks' sums in order
     sb_printf(&body, "  enum { BLOCKS = %d };\n"
@@ -389,16 +440,7 @@ static void emit_block_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt, 
   ApplyKernel block = *k;
   block.warp = false;
   emit_row_update(&body, &block, tt, "  ");
-  if (from_list) sb_puts(&body, "  __syncthreads();  // partial and part serve the next id\n");
-  // The per-id code, indented once more inside the long list's loop.
-  for (const char *line = body.data; line && *line;) {
-    const char *end = strchr(line, '\n');
-    size_t len = end ? (size_t)(end - line) : strlen(line);
-    if (from_list && line[0] != '#') sb_puts(b, "  ");
-    sb_printf(b, "%.*s\n", (int)len, line);
-    line = end ? end + 1 : line + len;
-  }
-  if (from_list) sb_puts(b, "  }\n");
+  sb_puts(b, body.data);
   sb_free(&body);
 }
 
@@ -634,7 +676,7 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   b = (StrBuf){0};
   if (warp) emit_warp_apply(&b, &k, tt);
-  else emit_block_apply(&b, &apply, tt, false);
+  else emit_block_apply(&b, &apply, tt);
   kb_end(&kb, b.data);
   sb_free(&b);
   if (!warp) {
@@ -647,12 +689,12 @@ static bool lower_table_grad(Lower *L, int node) {
   snprintf(what, sizeof what, "the long runs, summed in parts, then %s",
            optim_name(o.kind));
   lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, (int)gcols * parts);
+  kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, LONG_WARPS * 32);
   apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, occ);
   kb_scratch(&kb, "int", "long_runs", long_list, false);
   kb_scratch(&kb, "unsigned", "long_count", long_count, false);
   b = (StrBuf){0};
-  emit_block_apply(&b, &k, tt, true);
+  emit_long_apply(&b, &k, tt);
   kb_end(&kb, b.data);
   sb_free(&b);
   if (defer) lower_rows_apply(L, node, table, n->out);

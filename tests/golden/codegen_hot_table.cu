@@ -1078,7 +1078,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     unsigned *__restrict__ long_count) {
 #line 17 "codegen_hot_table.gem"
-  enum { DIM = 48, IDS = 8, AHEAD = 8, VEC = 1, SPLIT_MIN = 64 };
+  enum { DIM = 48, IDS = 8, AHEAD = 4, VEC = 1, SPLIT_MIN = 64 };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1149,59 +1149,59 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     const int *__restrict__ long_runs,
     const unsigned *__restrict__ long_count) {
 #line 17 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8 };
+  enum { DIM = 48, VEC = 1, AHEAD = 4, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
-  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
   for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
     i64 d = long_runs[li];
     i64 row = header[1 + d];
     float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
     int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;
-    // This group's part of the run: all of it for group 0 when the run is short.
-    const bool split = GROUPS > 1 && count > SPLIT_MIN;
-    const int lo = split ? (int)((i64)count * group / GROUPS) : group == 0 ? 0 : count;
-    const int hi = split ? (int)((i64)count * (group + 1) / GROUPS) : count;
+    const int lo = (int)((i64)count * warp / WARPS), hi = (int)((i64)count * (warp + 1) / WARPS);
     double sum_sq = 0.0;
-    for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
-      const int col = col0 + lane_col;
-      // The occurrence's gradient value in column col: its lookup's dy row.
-      auto value = [&](i64 occ) -> float {
-        if (occ < n0) return load_f32(dy0, occ * DIM + col);
-        occ -= n0;
-        return 0.0f;
-      };
-      float g = 0.0f;
-      if (col < DIM) {
+    for (int chunk = 0; chunk < DIM; chunk += CHUNK) {
+      const int c0 = chunk + lane * VEC;
+      if (c0 < DIM) {
+        // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+        auto values = [&](i64 occ, float *v) {
+          if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
+          occ -= n0;
+          for (int j = 0; j < VEC; j++) v[j] = 0.0f;
+        };
+        float g[VEC] = {};
         int e = lo;
         for (; e + AHEAD <= hi; e += AHEAD) {
           int at[AHEAD];
-          float v[AHEAD];
+          float v[AHEAD][VEC];
 #pragma unroll
           for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+          for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) g += v[u];
+          for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+            for (int j = 0; j < VEC; j++) g[j] += v[u][j];
         }
-        for (; e < hi; e++) g += value(sorted[begin + e]);
-      }
-      if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
-        part[group * GCOLS + lane_col] = g;
-        __syncthreads();
-        if (group == 0) {
-          g = 0.0f;
-          for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+        for (; e < hi; e++) {
+          float v[VEC];
+          values(sorted[begin + e], v);
+#pragma unroll
+          for (int j = 0; j < VEC; j++) g[j] += v[j];
         }
-        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
       }
-      if (group == 0 && col < DIM) {
-        grad[col] = g;
+      __syncthreads();
+      for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {
+        float g = 0.0f;
+        for (int w = 0; w < WARPS; w++) g += part[w][t];
+        grad[chunk + t] = g;
         sum_sq += (double)g * g;
       }
+      __syncthreads();  // part serves the next chunk; the row's gradient is read below
     }
-    __syncthreads();  // the row's gradient, written by group 0, is read below
     sum_sq = block_sum(sum_sq, partial);
     float state = (float)(rowsum[row] + sum_sq / DIM);
     __syncthreads();
@@ -1209,7 +1209,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     double step = 0.05 / (sqrt((double)state) + 1e-08);
     for (int col = threadIdx.x; col < DIM; col += blockDim.x)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
-    __syncthreads();  // partial and part serve the next id
+    __syncthreads();  // partial serves the next id
   }
 }
 #line 1216 "model.cu"
