@@ -148,7 +148,9 @@ static void emit_run_sum(StrBuf *b, const char *in, const char *lo, const char *
 
 // The warp variants' `values(occ, v)`: occurrence occ's gradient in columns c0 .. c0 + VEC - 1,
 // one vector load from its lookup's dy row; and g[] += the run's occurrences [lo, hi), in
-// occurrence order, the loads of AHEAD occurrences issued before their adds. `in` indents.
+// occurrence order, AHEAD at a time: their positions, then their rows, are loaded before any
+// add, the last group's missing occurrences neither loaded nor added (so a run of 3 costs two
+// load latencies, not six as one occurrence at a time did). `in` indents.
 static void emit_values_run_sum(StrBuf *b, const Ir *ir, const Node *n, int npairs, const char *in,
                                 const char *lo, const char *hi) {
   sb_printf(b, "%s// The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.\n"
@@ -159,26 +161,22 @@ static void emit_values_run_sum(StrBuf *b, const Ir *ir, const Node *n, int npai
   sb_printf(b, "%s  for (int j = 0; j < VEC; j++) v[j] = 0.0f;\n"
                "%s};\n"
                "%sfloat g[VEC] = {};\n"
-               "%sint e = %s;\n"
-               "%sfor (; e + AHEAD <= %s; e += AHEAD) {\n"
+               "%sfor (int e = %s; e < %s; e += AHEAD) {\n"
+               "%s  const int here = %s - e < AHEAD ? %s - e : AHEAD;\n"
                "%s  int at[AHEAD];\n"
                "%s  float v[AHEAD][VEC];\n"
                "#pragma unroll\n"
-               "%s  for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];\n"
+               "%s  for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;\n"
                "#pragma unroll\n"
-               "%s  for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);\n"
+               "%s  for (int u = 0; u < AHEAD; u++)\n"
+               "%s    if (u < here) values(at[u], v[u]);\n"
                "#pragma unroll\n"
                "%s  for (int u = 0; u < AHEAD; u++)\n"
                "#pragma unroll\n"
-               "%s    for (int j = 0; j < VEC; j++) g[j] += v[u][j];\n"
-               "%s}\n"
-               "%sfor (; e < %s; e++) {\n"
-               "%s  float v[VEC];\n"
-               "%s  values(sorted[begin + e], v);\n"
-               "#pragma unroll\n"
-               "%s  for (int j = 0; j < VEC; j++) g[j] += v[j];\n"
+               "%s    for (int j = 0; j < VEC; j++)\n"
+               "%s      if (u < here) g[j] += v[u][j];\n"
                "%s}\n",
-            in, in, in, in, lo, in, hi, in, in, in, in, in, in, in, in, hi, in, in, in, in);
+            in, in, in, in, lo, hi, in, hi, hi, in, in, in, in, in, in, in, in, in);
 }
 
 // The columns a lane of the warp variants owns: VEC adjacent ones (8 for D = 256: one 16-byte

@@ -1099,24 +1099,20 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
       for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
     float g[VEC] = {};
-    int e = 0;
-    for (; e + AHEAD <= count; e += AHEAD) {
+    for (int e = 0; e < count; e += AHEAD) {
+      const int here = count - e < AHEAD ? count - e : AHEAD;
       int at[AHEAD];
       float v[AHEAD][VEC];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+      for (int u = 0; u < AHEAD; u++)
+        if (u < here) values(at[u], v[u]);
 #pragma unroll
       for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-    }
-    for (; e < count; e++) {
-      float v[VEC];
-      values(sorted[begin + e], v);
-#pragma unroll
-      for (int j = 0; j < VEC; j++) g[j] += v[j];
+        for (int j = 0; j < VEC; j++)
+          if (u < here) g[j] += v[u][j];
     }
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1133,7 +1129,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1137 "model.cu"
+#line 1133 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1171,24 +1167,20 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
           for (int j = 0; j < VEC; j++) v[j] = 0.0f;
         };
         float g[VEC] = {};
-        int e = lo;
-        for (; e + AHEAD <= hi; e += AHEAD) {
+        for (int e = lo; e < hi; e += AHEAD) {
+          const int here = hi - e < AHEAD ? hi - e : AHEAD;
           int at[AHEAD];
           float v[AHEAD][VEC];
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+          for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+          for (int u = 0; u < AHEAD; u++)
+            if (u < here) values(at[u], v[u]);
 #pragma unroll
           for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-            for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-        }
-        for (; e < hi; e++) {
-          float v[VEC];
-          values(sorted[begin + e], v);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) g[j] += v[j];
+            for (int j = 0; j < VEC; j++)
+              if (u < here) g[j] += v[u][j];
         }
 #pragma unroll
         for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
@@ -1212,7 +1204,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1216 "model.cu"
+#line 1208 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1267,4 +1259,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1271 "model.cu"
+#line 1263 "model.cu"

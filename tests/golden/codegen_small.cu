@@ -1307,24 +1307,20 @@ table_grad_apply_items(float *__restrict__ rows_grad,
       for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
     float g[VEC] = {};
-    int e = 0;
-    for (; e + AHEAD <= count; e += AHEAD) {
+    for (int e = 0; e < count; e += AHEAD) {
+      const int here = count - e < AHEAD ? count - e : AHEAD;
       int at[AHEAD];
       float v[AHEAD][VEC];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+      for (int u = 0; u < AHEAD; u++)
+        if (u < here) values(at[u], v[u]);
 #pragma unroll
       for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-    }
-    for (; e < count; e++) {
-      float v[VEC];
-      values(sorted[begin + e], v);
-#pragma unroll
-      for (int j = 0; j < VEC; j++) g[j] += v[j];
+        for (int j = 0; j < VEC; j++)
+          if (u < here) g[j] += v[u][j];
     }
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1341,7 +1337,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1345 "model.cu"
+#line 1341 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1383,24 +1379,20 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
           for (int j = 0; j < VEC; j++) v[j] = 0.0f;
         };
         float g[VEC] = {};
-        int e = lo;
-        for (; e + AHEAD <= hi; e += AHEAD) {
+        for (int e = lo; e < hi; e += AHEAD) {
+          const int here = hi - e < AHEAD ? hi - e : AHEAD;
           int at[AHEAD];
           float v[AHEAD][VEC];
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+          for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+          for (int u = 0; u < AHEAD; u++)
+            if (u < here) values(at[u], v[u]);
 #pragma unroll
           for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-            for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-        }
-        for (; e < hi; e++) {
-          float v[VEC];
-          values(sorted[begin + e], v);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) g[j] += v[j];
+            for (int j = 0; j < VEC; j++)
+              if (u < here) g[j] += v[u][j];
         }
 #pragma unroll
         for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
@@ -1424,7 +1416,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1428 "model.cu"
+#line 1420 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1438,7 +1430,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1442 "model.cu"
+#line 1434 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1475,24 +1467,20 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
       for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
     float g[VEC] = {};
-    int e = 0;
-    for (; e + AHEAD <= count; e += AHEAD) {
+    for (int e = 0; e < count; e += AHEAD) {
+      const int here = count - e < AHEAD ? count - e : AHEAD;
       int at[AHEAD];
       float v[AHEAD][VEC];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+      for (int u = 0; u < AHEAD; u++)
+        if (u < here) values(at[u], v[u]);
 #pragma unroll
       for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-    }
-    for (; e < count; e++) {
-      float v[VEC];
-      values(sorted[begin + e], v);
-#pragma unroll
-      for (int j = 0; j < VEC; j++) g[j] += v[j];
+        for (int j = 0; j < VEC; j++)
+          if (u < here) g[j] += v[u][j];
     }
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1509,7 +1497,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
 }
-#line 1513 "model.cu"
+#line 1501 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1547,24 +1535,20 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
           for (int j = 0; j < VEC; j++) v[j] = 0.0f;
         };
         float g[VEC] = {};
-        int e = lo;
-        for (; e + AHEAD <= hi; e += AHEAD) {
+        for (int e = lo; e < hi; e += AHEAD) {
+          const int here = hi - e < AHEAD ? hi - e : AHEAD;
           int at[AHEAD];
           float v[AHEAD][VEC];
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+          for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+          for (int u = 0; u < AHEAD; u++)
+            if (u < here) values(at[u], v[u]);
 #pragma unroll
           for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-            for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-        }
-        for (; e < hi; e++) {
-          float v[VEC];
-          values(sorted[begin + e], v);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) g[j] += v[j];
+            for (int j = 0; j < VEC; j++)
+              if (u < here) g[j] += v[u][j];
         }
 #pragma unroll
         for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
@@ -1588,7 +1572,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1592 "model.cu"
+#line 1576 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1683,4 +1667,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1687 "model.cu"
+#line 1671 "model.cu"

@@ -1088,24 +1088,20 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
       for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
     float g[VEC] = {};
-    int e = 0;
-    for (; e + AHEAD <= count; e += AHEAD) {
+    for (int e = 0; e < count; e += AHEAD) {
+      const int here = count - e < AHEAD ? count - e : AHEAD;
       int at[AHEAD];
       float v[AHEAD][VEC];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+      for (int u = 0; u < AHEAD; u++)
+        if (u < here) values(at[u], v[u]);
 #pragma unroll
       for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-    }
-    for (; e < count; e++) {
-      float v[VEC];
-      values(sorted[begin + e], v);
-#pragma unroll
-      for (int j = 0; j < VEC; j++) g[j] += v[j];
+        for (int j = 0; j < VEC; j++)
+          if (u < here) g[j] += v[u][j];
     }
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1117,7 +1113,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
 }
-#line 1121 "model.cu"
+#line 1117 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1154,24 +1150,20 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
           for (int j = 0; j < VEC; j++) v[j] = 0.0f;
         };
         float g[VEC] = {};
-        int e = lo;
-        for (; e + AHEAD <= hi; e += AHEAD) {
+        for (int e = lo; e < hi; e += AHEAD) {
+          const int here = hi - e < AHEAD ? hi - e : AHEAD;
           int at[AHEAD];
           float v[AHEAD][VEC];
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+          for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+          for (int u = 0; u < AHEAD; u++)
+            if (u < here) values(at[u], v[u]);
 #pragma unroll
           for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-            for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-        }
-        for (; e < hi; e++) {
-          float v[VEC];
-          values(sorted[begin + e], v);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) g[j] += v[j];
+            for (int j = 0; j < VEC; j++)
+              if (u < here) g[j] += v[u][j];
         }
 #pragma unroll
         for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
@@ -1190,7 +1182,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1194 "model.cu"
+#line 1186 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1231,24 +1223,20 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
       for (int j = 0; j < VEC; j++) v[j] = 0.0f;
     };
     float g[VEC] = {};
-    int e = 0;
-    for (; e + AHEAD <= count; e += AHEAD) {
+    for (int e = 0; e < count; e += AHEAD) {
+      const int here = count - e < AHEAD ? count - e : AHEAD;
       int at[AHEAD];
       float v[AHEAD][VEC];
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+      for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-      for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+      for (int u = 0; u < AHEAD; u++)
+        if (u < here) values(at[u], v[u]);
 #pragma unroll
       for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-        for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-    }
-    for (; e < count; e++) {
-      float v[VEC];
-      values(sorted[begin + e], v);
-#pragma unroll
-      for (int j = 0; j < VEC; j++) g[j] += v[j];
+        for (int j = 0; j < VEC; j++)
+          if (u < here) g[j] += v[u][j];
     }
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
@@ -1265,7 +1253,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     for (int col = c0; col < c0 + VEC; col++)
       store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1269 "model.cu"
+#line 1257 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1303,24 +1291,20 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
           for (int j = 0; j < VEC; j++) v[j] = 0.0f;
         };
         float g[VEC] = {};
-        int e = lo;
-        for (; e + AHEAD <= hi; e += AHEAD) {
+        for (int e = lo; e < hi; e += AHEAD) {
+          const int here = hi - e < AHEAD ? hi - e : AHEAD;
           int at[AHEAD];
           float v[AHEAD][VEC];
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+          for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-          for (int u = 0; u < AHEAD; u++) values(at[u], v[u]);
+          for (int u = 0; u < AHEAD; u++)
+            if (u < here) values(at[u], v[u]);
 #pragma unroll
           for (int u = 0; u < AHEAD; u++)
 #pragma unroll
-            for (int j = 0; j < VEC; j++) g[j] += v[u][j];
-        }
-        for (; e < hi; e++) {
-          float v[VEC];
-          values(sorted[begin + e], v);
-#pragma unroll
-          for (int j = 0; j < VEC; j++) g[j] += v[j];
+            for (int j = 0; j < VEC; j++)
+              if (u < here) g[j] += v[u][j];
         }
 #pragma unroll
         for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
@@ -1344,7 +1328,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1348 "model.cu"
+#line 1332 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1398,4 +1382,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1402 "model.cu"
+#line 1386 "model.cu"
