@@ -76,10 +76,20 @@ __device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
     for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
   }
 }
+// p[i..i+N) = v: 16-byte stores (8-byte for N = 2) when aligned, else N stores.
 template <int N>
 __device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  float *q = p + i;
+  if (N >= 4 && ((unsigned long long)q & 15) == 0) {
 #pragma unroll
-  for (int k = 0; k < N; k++) p[i + k] = v[k];
+    for (int k = 0; k < N; k += 4) *(float4 *)(q + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+  } else if (N == 2 && ((unsigned long long)q & 7) == 0) {
+    *(float2 *)q = make_float2(v[0], v[N - 1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = v[k];
+  }
 }
 template <int N>
 __device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {

@@ -27,9 +27,10 @@
 // A hot table's runs are also cut over up to SPLIT_BLOCKS blocks each (enough blocks for
 // SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
 enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
-       // the warp kernels: 4 occurrences x 8 columns in flight a lane keeps them at 64 registers
-       // or fewer (8 x 8 took 89: 2 blocks of 8 warps an SM, 22% occupancy, docs/perf.md)
-       WARP_AHEAD = 4, LONG_WARPS = 32,
+       // the warp kernels: 3 occurrences x 8 columns in flight a lane, beside the row's 8
+       // columns loaded early, keep table_grad_apply at 60 registers, 4 blocks of 8 warps an SM
+       // (8 ahead took 89, 22% occupancy; 4 ahead with the early row 72: docs/perf.md)
+       WARP_AHEAD = 3, LONG_WARPS = 32,
        SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
 // An enum constant of kernels/table_grad.cuh (its `NAME = N` text), so the passes, shifts and
 // tiles here always match the kernels.
@@ -196,6 +197,7 @@ typedef struct ApplyKernel {
   int parts;  // the block variant's groups: parallel parts of a long run
   bool warp;  // the kernel of a warp per id (else a block per id)
   int blocks; // the block variant: blocks per id (table_grad_parts), 1 when it sums alone
+  bool kept;  // the warp variant: each lane holds its columns' sums in keep[CHUNKS][VEC]
 } ApplyKernel;
 
 // The (ids, dy) pairs of a table_grad node as kernel parameters: `<what><p>` is input `first +
@@ -224,36 +226,56 @@ static void apply_args(KernelBuilder *kb, const ApplyKernel *k, int rows_grad, i
   kb_size(kb, "max_distinct", occ);
 }
 
-// The optimizer's row update after the sum, indented by `in`; its column loop walks the
-// columns as the sum did, so that each thread reads back the grad it wrote.
+// The optimizer's row update after the sum, indented by `in`. A kept sum (the warp apply)
+// updates from the lane's registers, VEC columns a vector load and store; otherwise the column
+// loop walks the columns as the sum did, so that each thread reads back the grad it wrote.
 static void emit_row_update(StrBuf *b, const ApplyKernel *k, const Tensor *tt, const char *in) {
   const char *lt = dtype_load(tt->dtype), *st = dtype_store(tt->dtype);
-  char cols[300];
+  char cols[600];
   if (k->warp)
     snprintf(cols, sizeof cols, "%sfor (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)\n"
                                 "%s  for (int col = c0; col < c0 + VEC; col++)\n%s    ", in, in, in);
   else
     snprintf(cols, sizeof cols, "%sfor (int col = threadIdx.x; col < DIM; col += blockDim.x)\n%s  ", in, in);
   Optim o = tt->optim;
+  if (k->kept && o.kind != OPTIM_NONE) {  // the sums are in registers: VEC columns a load
+    char step[64];
+    snprintf(step, sizeof step, "%s", o.kind == OPTIM_SGD ? num(o.lr).s : "step");
+    snprintf(cols, sizeof cols, "#pragma unroll\n"
+                                "%sfor (int k = 0; k < CHUNKS; k++) {\n"
+                                "%s  const int c0 = (k * WARP_SIZE + lane) * VEC;\n"
+                                "%s  if (c0 >= DIM) break;\n"
+                                "#pragma unroll\n"
+                                "%s  for (int j = 0; j < VEC; j++) w[k][j] = (float)(w[k][j] - %s * keep[k][j]);\n"
+                                "%s  %s_n<VEC>(table, row * DIM + c0, w[k]);\n"
+                                "%s}\n",
+             in, in, in, in, step, in, st, in);
+  }
   switch (o.kind) {
     case OPTIM_ROWWISE_ADAGRAD:
       if (k->warp)
         sb_printf(b, "%ssum_sq = warp_sum(sum_sq);\n"
-                     "%sfloat state = (float)(rowsum[row] + sum_sq / DIM);\n"
+                     "%sfloat state = (float)(%s + sum_sq / DIM);\n"
                      "%s__syncwarp();  // every lane has read rowsum before it is written\n"
-                     "%sif (lane == 0) rowsum[row] = state;\n", in, in, in, in);
+                     "%sif (lane == 0) rowsum[row] = state;\n", in, in,
+                  k->kept ? "rowsum_was" : "rowsum[row]", in, in);
       else
         sb_printf(b, "%ssum_sq = block_sum(sum_sq, partial);\n"
                      "%sfloat state = (float)(rowsum[row] + sum_sq / DIM);\n"
                      "%s__syncthreads();\n"
                      "%sif (threadIdx.x == 0) rowsum[row] = state;\n", in, in, in, in);
-      sb_printf(b, "%sdouble step = %s / (sqrt((double)state) + %s);\n"
-                   "%s%s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - step * grad[col]));\n",
-                in, num(o.lr).s, num(o.eps).s, cols, st, lt);
+      sb_printf(b, "%sdouble step = %s / (sqrt((double)state) + %s);\n", in, num(o.lr).s,
+                num(o.eps).s);
+      if (k->kept) sb_puts(b, cols);
+      else
+        sb_printf(b, "%s%s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - step * grad[col]));\n",
+                  cols, st, lt);
       break;
     case OPTIM_SGD:
-      sb_printf(b, "%s%s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - %s * grad[col]));\n",
-                cols, st, lt, num(o.lr).s);
+      if (k->kept) sb_puts(b, cols);
+      else
+        sb_printf(b, "%s%s(table, row * DIM + col, (float)(%s(table, row * DIM + col) - %s * grad[col]));\n",
+                  cols, st, lt, num(o.lr).s);
       break;
     default:
       sb_printf(b, "%s(void)table; (void)sum_sq;  // a frozen table\n", in);
@@ -268,7 +290,8 @@ static void emit_row_update(StrBuf *b, const ApplyKernel *k, const Tensor *tt, c
 // SPLIT_MIN goes on the long list for table_grad_apply_long.
 static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
   int vec = warp_vec(k->dim);
-  sb_printf(b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d, VEC = %d, SPLIT_MIN = %d };\n"
+  sb_printf(b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d, VEC = %d, SPLIT_MIN = %d,\n"
+               "         CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };\n"
                "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
                "  i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;\n"
                "  const int lane = (int)(threadIdx.x %% WARP_SIZE);\n"
@@ -281,16 +304,33 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
                "    return;\n"
                "  }\n"
                "  double sum_sq = 0.0;\n"
-               "  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {\n",
+               "  float keep[CHUNKS][VEC];  // the lane's sums, for the update below\n",
             (long long)k->dim, APPLY_WARPS, WARP_AHEAD, vec, SPLIT_MIN);
-  emit_values_run_sum(b, k->ir, k->n, k->npairs, "    ", "0", "count");
+  if (tt->optim.kind != OPTIM_NONE) {  // loaded now, so that their latency overlaps the sum's
+    sb_printf(b, "  float w[CHUNKS][VEC];  // the lane's columns of the row\n"
+                 "#pragma unroll\n"
+                 "  for (int k = 0; k < CHUNKS; k++)\n"
+                 "    if ((k * WARP_SIZE + lane) * VEC < DIM)\n"
+                 "      %s_n<VEC>(table, row * DIM + (k * WARP_SIZE + lane) * VEC, w[k]);\n",
+              dtype_load(tt->dtype));
+    if (tt->optim.kind == OPTIM_ROWWISE_ADAGRAD)
+      sb_puts(b, "  const float rowsum_was = rowsum[row];\n");
+  }
   sb_puts(b, "#pragma unroll\n"
+               "  for (int k = 0; k < CHUNKS; k++) {\n"
+               "    const int c0 = (k * WARP_SIZE + lane) * VEC;\n"
+               "    if (c0 >= DIM) break;\n");
+  emit_values_run_sum(b, k->ir, k->n, k->npairs, "    ", "0", "count");
+  sb_puts(b, "    store_f32_n<VEC>(grad, c0, g);\n"
+             "#pragma unroll\n"
              "    for (int j = 0; j < VEC; j++) {\n"
-             "      grad[c0 + j] = g[j];\n"
+             "      keep[k][j] = g[j];\n"
              "      sum_sq += (double)g[j] * g[j];\n"
              "    }\n"
              "  }\n");
-  emit_row_update(b, k, tt, "  ");
+  ApplyKernel kept = *k;
+  kept.kept = true;
+  emit_row_update(b, &kept, tt, "  ");
 }
 
 // table_grad_apply_long: the listed long runs (more than SPLIT_MIN occurrences), LONG_BLOCKS
@@ -622,7 +662,7 @@ static bool lower_table_grad(Lower *L, int node) {
     if (blocks > SPLIT_BLOCKS) blocks = SPLIT_BLOCKS;
     if (blocks < 1) blocks = 1;
   }
-  ApplyKernel k = {ir, n, npairs, dim, gcols, parts, warp, blocks};
+  ApplyKernel k = {ir, n, npairs, dim, gcols, parts, warp, blocks, false};
   int long_list = -1, long_count = -1;
   if (warp) {
     snprintf(sname, sizeof sname, "%s.grad.long_runs", tn);

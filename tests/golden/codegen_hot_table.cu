@@ -80,10 +80,20 @@ __device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
     for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
   }
 }
+// p[i..i+N) = v: 16-byte stores (8-byte for N = 2) when aligned, else N stores.
 template <int N>
 __device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  float *q = p + i;
+  if (N >= 4 && ((unsigned long long)q & 15) == 0) {
 #pragma unroll
-  for (int k = 0; k < N; k++) p[i + k] = v[k];
+    for (int k = 0; k < N; k += 4) *(float4 *)(q + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+  } else if (N == 2 && ((unsigned long long)q & 7) == 0) {
+    *(float2 *)q = make_float2(v[0], v[N - 1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = v[k];
+  }
 }
 template <int N>
 __device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
@@ -241,7 +251,7 @@ embed_pool_h(float *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_f32(table, ids[p] * DIM + col);
   store_f32(out, i, acc);
 }
-#line 245 "model.cu"
+#line 255 "model.cu"
 
 // codegen_hot_table.gem:20:7 embed_pool mean (fwd)
 //     k = embed(kind, clicks, pool = mean);
@@ -260,7 +270,7 @@ embed_pool_k(float *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_f32(table, ids[p] * DIM + col);
   store_f32(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 264 "model.cu"
+#line 274 "model.cu"
 
 // codegen_hot_table.gem:21:7 embed sparse (fwd)
 //     c = embed(acts, ad);
@@ -276,7 +286,7 @@ embed_c(float *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 280 "model.cu"
+#line 290 "model.cu"
 
 // codegen_hot_table.gem:22:7 embed_pool sum (fwd)
 //     w = embed(wide, history, pool = sum);
@@ -301,7 +311,7 @@ concat_y_concat0(float *__restrict__ out,
   else if (col < 144) { store_f32(out, i, load_f32(x2, row * 48 + col - 96)); return; }
   else if (col < 192) { store_f32(out, i, load_f32(x3, row * 48 + col - 144)); return; }
 }
-#line 305 "model.cu"
+#line 315 "model.cu"
 
 // codegen_hot_table.gem:23:7 linear activation epilogue (fwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -313,7 +323,7 @@ act_gelu_y_mlp0_l0(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 317 "model.cu"
+#line 327 "model.cu"
 
 // codegen_hot_table.gem:24:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -332,7 +342,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 336 "model.cu"
+#line 346 "model.cu"
 
 // codegen_hot_table.gem:24:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -345,7 +355,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 349 "model.cu"
+#line 359 "model.cu"
 
 // codegen_hot_table.gem:24:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -360,7 +370,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 364 "model.cu"
+#line 374 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -386,7 +396,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 390 "model.cu"
+#line 400 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -401,7 +411,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 405 "model.cu"
+#line 415 "model.cu"
 
 // codegen_hot_table.gem:23:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -414,7 +424,7 @@ act_grad_gelu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 418 "model.cu"
+#line 428 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -440,7 +450,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 444 "model.cu"
+#line 454 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -455,7 +465,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 459 "model.cu"
+#line 469 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -470,7 +480,7 @@ slice_h_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 0 + col));
 }
-#line 474 "model.cu"
+#line 484 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -485,7 +495,7 @@ slice_k_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 48 + col));
 }
-#line 489 "model.cu"
+#line 499 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -500,7 +510,7 @@ slice_c_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 96 + col));
 }
-#line 504 "model.cu"
+#line 514 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -515,7 +525,7 @@ slice_w_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 144 + col));
 }
-#line 519 "model.cu"
+#line 529 "model.cu"
 
 // codegen_hot_table.gem:22:7 embed_pool_bwd sum (bwd)
 //     w = embed(wide, history, pool = sum);
@@ -534,7 +544,7 @@ embed_pool_bwd_w_grad_per_id(float *__restrict__ out,
   float g = load_f32(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 538 "model.cu"
+#line 548 "model.cu"
 
 // codegen_hot_table.gem:20:7 embed_pool_bwd mean (bwd)
 //     k = embed(kind, clicks, pool = mean);
@@ -553,7 +563,7 @@ embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
   float g = load_f32(dy, b * DIM + col);
   store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
 }
-#line 557 "model.cu"
+#line 567 "model.cu"
 
 // codegen_hot_table.gem:19:7 embed_pool_bwd sum (bwd)
 //     h = embed(acts, history, pool = sum);
@@ -836,7 +846,7 @@ table_grad_gather_acts(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 840 "model.cu"
+#line 850 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -903,7 +913,7 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 907 "model.cu"
+#line 917 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -946,7 +956,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 950 "model.cu"
+#line 960 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -960,7 +970,7 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 964 "model.cu"
+#line 974 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1023,7 +1033,7 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 1027 "model.cu"
+#line 1037 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1058,7 +1068,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 1062 "model.cu"
+#line 1072 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1078,7 +1088,8 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     unsigned *__restrict__ long_count) {
 #line 17 "codegen_hot_table.gem"
-  enum { DIM = 48, IDS = 8, AHEAD = 4, VEC = 1, SPLIT_MIN = 64 };
+  enum { DIM = 48, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+         CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1091,7 +1102,17 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     return;
   }
   double sum_sq = 0.0;
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+  float keep[CHUNKS][VEC];  // the lane's sums, for the update below
+  float w[CHUNKS][VEC];  // the lane's columns of the row
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++)
+    if ((k * WARP_SIZE + lane) * VEC < DIM)
+      load_f32_n<VEC>(table, row * DIM + (k * WARP_SIZE + lane) * VEC, w[k]);
+  const float rowsum_was = rowsum[row];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
     // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
     auto values = [&](i64 occ, float *v) {
       if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
@@ -1114,22 +1135,28 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
         for (int j = 0; j < VEC; j++)
           if (u < here) g[j] += v[u][j];
     }
+    store_f32_n<VEC>(grad, c0, g);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      grad[c0 + j] = g[j];
+      keep[k][j] = g[j];
       sum_sq += (double)g[j] * g[j];
     }
   }
   sum_sq = warp_sum(sum_sq);
-  float state = (float)(rowsum[row] + sum_sq / DIM);
+  float state = (float)(rowsum_was + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.05 / (sqrt((double)state) + 1e-08);
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
-    for (int col = c0; col < c0 + VEC; col++)
-      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) w[k][j] = (float)(w[k][j] - step * keep[k][j]);
+    store_f32_n<VEC>(table, row * DIM + c0, w[k]);
+  }
 }
-#line 1133 "model.cu"
+#line 1160 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1145,7 +1172,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     const int *__restrict__ long_runs,
     const unsigned *__restrict__ long_count) {
 #line 17 "codegen_hot_table.gem"
-  enum { DIM = 48, VEC = 1, AHEAD = 4, WARPS = 32, CHUNK = WARP_SIZE * VEC };
+  enum { DIM = 48, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
@@ -1204,7 +1231,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1208 "model.cu"
+#line 1235 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1259,4 +1286,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1263 "model.cu"
+#line 1290 "model.cu"

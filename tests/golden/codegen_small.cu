@@ -80,10 +80,20 @@ __device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
     for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
   }
 }
+// p[i..i+N) = v: 16-byte stores (8-byte for N = 2) when aligned, else N stores.
 template <int N>
 __device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  float *q = p + i;
+  if (N >= 4 && ((unsigned long long)q & 15) == 0) {
 #pragma unroll
-  for (int k = 0; k < N; k++) p[i + k] = v[k];
+    for (int k = 0; k < N; k += 4) *(float4 *)(q + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+  } else if (N == 2 && ((unsigned long long)q & 7) == 0) {
+    *(float2 *)q = make_float2(v[0], v[N - 1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = v[k];
+  }
 }
 template <int N>
 __device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
@@ -241,7 +251,7 @@ embed_pool_h(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, acc);
 }
-#line 245 "model.cu"
+#line 255 "model.cu"
 
 // codegen_small.gem:17:7 embed sparse (fwd)
 //     a = embed(items, ad);
@@ -257,7 +267,7 @@ embed_a(bf16_t *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_bf16(out, i, load_bf16(table, ids[row] * DIM + col));
 }
-#line 261 "model.cu"
+#line 271 "model.cu"
 
 // codegen_small.gem:18:7 embed_pool mean (fwd)
 //     t = embed(tagt, tags, pool = mean);
@@ -276,7 +286,7 @@ embed_pool_t(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 280 "model.cu"
+#line 290 "model.cu"
 
 // codegen_small.gem:19:7 linear x operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -288,7 +298,7 @@ cast_u_x_bf16(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, load_f32(x, i));
 }
-#line 292 "model.cu"
+#line 302 "model.cu"
 
 // codegen_small.gem:19:7 linear w operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -306,7 +316,7 @@ add_r_add0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) + load_bf16(b, i));
 }
-#line 310 "model.cu"
+#line 320 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm eps=1e-06, with the residual add at 20:7 fused in (fwd)
 //     n = rmsnorm(r);
@@ -333,7 +343,7 @@ add_rmsnorm_n(bf16_t *__restrict__ y,
   for (int j = lane; j < WIDTH; j += WARP_SIZE)
     store_bf16(y, row * WIDTH + j, (float)((double)load_bf16(sum, row * WIDTH + j) * inv_rms * load_f32(gain, j)));
 }
-#line 337 "model.cu"
+#line 347 "model.cu"
 
 // codegen_small.gem:22:12 mul then act silu, fused (fwd)
 //     g = silu(u * n);
@@ -350,7 +360,7 @@ mul_act_g(bf16_t *__restrict__ y,
   float stored = load_bf16(out, i);  // the act reads what its input holds
   store_bf16(y, i, (float)act_silu((double)stored));
 }
-#line 354 "model.cu"
+#line 364 "model.cu"
 
 // codegen_small.gem:23:17 sub bf16 (fwd)
 //     l = layernorm(a - g);
@@ -364,7 +374,7 @@ sub_l_sub0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) - load_bf16(b, i));
 }
-#line 368 "model.cu"
+#line 378 "model.cu"
 
 // codegen_small.gem:23:7 layernorm eps=1e-05 (fwd)
 //     l = layernorm(a - g);
@@ -388,7 +398,7 @@ layernorm_l(bf16_t *__restrict__ y,
     store_bf16(y, row * WIDTH + j,
         (float)(((double)load_bf16(x, row * WIDTH + j) - mean) * inv_std * load_f32(gain, j) + load_f32(bias, j)));
 }
-#line 392 "model.cu"
+#line 402 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact bf16 (fwd)
 //     i = dot_interact(a, t, l);
@@ -410,7 +420,7 @@ dot_interact_i(bf16_t *__restrict__ out,
   else if (pair == 2) for (int k = 0; k < DIM; k++) acc += load_bf16(x1, b * DIM + k) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 414 "model.cu"
+#line 424 "model.cu"
 
 // codegen_small.gem:25:11 concat bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -427,7 +437,7 @@ concat_y_concat0(bf16_t *__restrict__ out,
   if (col < 16) { store_bf16(out, i, load_bf16(x0, row * 16 + col - 0)); return; }
   else if (col < 19) { store_bf16(out, i, load_bf16(x1, row * 3 + col - 16)); return; }
 }
-#line 431 "model.cu"
+#line 441 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -443,7 +453,7 @@ act_gelu_y_mlp0_l0(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 447 "model.cu"
+#line 457 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -466,7 +476,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 470 "model.cu"
+#line 480 "model.cu"
 
 // codegen_small.gem:26:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -479,7 +489,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 483 "model.cu"
+#line 493 "model.cu"
 
 // codegen_small.gem:26:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -494,7 +504,7 @@ bce_bwd_y_grad(bf16_t *__restrict__ dz,
   double z = load_bf16(logit, i), y = load_f32(label, i);
   store_bf16(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 498 "model.cu"
+#line 508 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -524,7 +534,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 528 "model.cu"
+#line 538 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -539,7 +549,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 543 "model.cu"
+#line 553 "model.cu"
 
 // codegen_small.gem:25:7 linear_act_bwd w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -556,7 +566,7 @@ act_grad_gelu_y_mlp0_l0_pre_grad(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 560 "model.cu"
+#line 570 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -586,7 +596,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 590 "model.cu"
+#line 600 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -601,7 +611,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 605 "model.cu"
+#line 615 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -616,7 +626,7 @@ slice_l_grad_1(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 0 + col));
 }
-#line 620 "model.cu"
+#line 630 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -631,7 +641,7 @@ slice_i_grad(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 16 + col));
 }
-#line 635 "model.cu"
+#line 645 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 0 (bwd)
 //     i = dot_interact(a, t, l);
@@ -652,7 +662,7 @@ dot_interact_bwd_a_grad_2(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 1) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 656 "model.cu"
+#line 666 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 1 (bwd)
 //     i = dot_interact(a, t, l);
@@ -673,7 +683,7 @@ dot_interact_bwd_t_grad_1(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 677 "model.cu"
+#line 687 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 2 (bwd)
 //     i = dot_interact(a, t, l);
@@ -694,7 +704,7 @@ dot_interact_bwd_l_grad_0(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x1, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 698 "model.cu"
+#line 708 "model.cu"
 
 // codegen_small.gem:23:7 add bf16 (bwd)
 //     l = layernorm(a - g);
@@ -732,7 +742,7 @@ layernorm_bwd_x_l_sub0_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)((g - mean_g - xhat * mean_gx) / sigma));
   }
 }
-#line 736 "model.cu"
+#line 746 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain row statistics (bwd)
 //     l = layernorm(a - g);
@@ -752,7 +762,7 @@ layernorm_bwd_gain_stats_l_layernorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-05);
   if (lane == 0) { stats[2 * row] = mean; stats[2 * row + 1] = inv; }
 }
-#line 756 "model.cu"
+#line 766 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -781,7 +791,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 785 "model.cu"
+#line 795 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -796,7 +806,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 800 "model.cu"
+#line 810 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -822,7 +832,7 @@ reduce_rows_l_layernorm0_bias_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 826 "model.cu"
+#line 836 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -839,7 +849,7 @@ scale_g_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)(-1.0) * load_bf16(a, i));
 }
-#line 843 "model.cu"
+#line 853 "model.cu"
 
 // codegen_small.gem:22:7 act_bwd silu (bwd)
 //     g = silu(u * n);
@@ -853,7 +863,7 @@ act_bwd_silu_g_mul0_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_silu_grad((double)load_bf16(x, i))));
 }
-#line 857 "model.cu"
+#line 867 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -867,7 +877,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) * load_bf16(b, i));
 }
-#line 871 "model.cu"
+#line 881 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -899,7 +909,7 @@ rmsnorm_bwd_x_r_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)(load_f32(gain, j) * load_bf16(dy, i) / r - load_bf16(x, i) * dot / (WIDTH * r * r * r)));
   }
 }
-#line 903 "model.cu"
+#line 913 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain row statistics (bwd)
 //     n = rmsnorm(r);
@@ -917,7 +927,7 @@ rmsnorm_bwd_gain_stats_n_rmsnorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-06);
   if (lane == 0) { stats[2 * row] = 0.0; stats[2 * row + 1] = inv; }
 }
-#line 921 "model.cu"
+#line 931 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     n = rmsnorm(r);
@@ -960,7 +970,7 @@ embed_pool_bwd_t_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
 }
-#line 964 "model.cu"
+#line 974 "model.cu"
 
 // codegen_small.gem:17:7 add bf16 (bwd)
 //     a = embed(items, ad);
@@ -987,7 +997,7 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 991 "model.cu"
+#line 1001 "model.cu"
 
 // --- table gradients: grouping ids by integer passes (kernels/table_grad.cuh) ---
 // table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics, in
@@ -1266,7 +1276,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1270 "model.cu"
+#line 1280 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1284,7 +1294,8 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     unsigned *__restrict__ long_count) {
 #line 13 "codegen_small.gem"
-  enum { DIM = 16, IDS = 8, AHEAD = 4, VEC = 1, SPLIT_MIN = 64 };
+  enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+         CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1297,7 +1308,17 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     return;
   }
   double sum_sq = 0.0;
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+  float keep[CHUNKS][VEC];  // the lane's sums, for the update below
+  float w[CHUNKS][VEC];  // the lane's columns of the row
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++)
+    if ((k * WARP_SIZE + lane) * VEC < DIM)
+      load_bf16_n<VEC>(table, row * DIM + (k * WARP_SIZE + lane) * VEC, w[k]);
+  const float rowsum_was = rowsum[row];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
     // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
     auto values = [&](i64 occ, float *v) {
       if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
@@ -1322,22 +1343,28 @@ table_grad_apply_items(float *__restrict__ rows_grad,
         for (int j = 0; j < VEC; j++)
           if (u < here) g[j] += v[u][j];
     }
+    store_f32_n<VEC>(grad, c0, g);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      grad[c0 + j] = g[j];
+      keep[k][j] = g[j];
       sum_sq += (double)g[j] * g[j];
     }
   }
   sum_sq = warp_sum(sum_sq);
-  float state = (float)(rowsum[row] + sum_sq / DIM);
+  float state = (float)(rowsum_was + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.05 / (sqrt((double)state) + 1e-08);
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
-    for (int col = c0; col < c0 + VEC; col++)
-      store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) w[k][j] = (float)(w[k][j] - step * keep[k][j]);
+    store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
+  }
 }
-#line 1341 "model.cu"
+#line 1368 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1355,7 +1382,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     const int *__restrict__ long_runs,
     const unsigned *__restrict__ long_count) {
 #line 13 "codegen_small.gem"
-  enum { DIM = 16, VEC = 1, AHEAD = 4, WARPS = 32, CHUNK = WARP_SIZE * VEC };
+  enum { DIM = 16, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
@@ -1416,7 +1443,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1420 "model.cu"
+#line 1447 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1430,7 +1457,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1434 "model.cu"
+#line 1461 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1446,7 +1473,8 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     unsigned *__restrict__ long_count) {
 #line 14 "codegen_small.gem"
-  enum { DIM = 16, IDS = 8, AHEAD = 4, VEC = 1, SPLIT_MIN = 64 };
+  enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+         CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1459,7 +1487,17 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     return;
   }
   double sum_sq = 0.0;
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+  float keep[CHUNKS][VEC];  // the lane's sums, for the update below
+  float w[CHUNKS][VEC];  // the lane's columns of the row
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++)
+    if ((k * WARP_SIZE + lane) * VEC < DIM)
+      load_bf16_n<VEC>(table, row * DIM + (k * WARP_SIZE + lane) * VEC, w[k]);
+  const float rowsum_was = rowsum[row];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
     // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
     auto values = [&](i64 occ, float *v) {
       if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
@@ -1482,22 +1520,28 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
         for (int j = 0; j < VEC; j++)
           if (u < here) g[j] += v[u][j];
     }
+    store_f32_n<VEC>(grad, c0, g);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      grad[c0 + j] = g[j];
+      keep[k][j] = g[j];
       sum_sq += (double)g[j] * g[j];
     }
   }
   sum_sq = warp_sum(sum_sq);
-  float state = (float)(rowsum[row] + sum_sq / DIM);
+  float state = (float)(rowsum_was + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.01 / (sqrt((double)state) + 1e-08);
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
-    for (int col = c0; col < c0 + VEC; col++)
-      store_bf16(table, row * DIM + col, (float)(load_bf16(table, row * DIM + col) - step * grad[col]));
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) w[k][j] = (float)(w[k][j] - step * keep[k][j]);
+    store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
+  }
 }
-#line 1501 "model.cu"
+#line 1545 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1513,7 +1557,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     const int *__restrict__ long_runs,
     const unsigned *__restrict__ long_count) {
 #line 14 "codegen_small.gem"
-  enum { DIM = 16, VEC = 1, AHEAD = 4, WARPS = 32, CHUNK = WARP_SIZE * VEC };
+  enum { DIM = 16, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
@@ -1572,7 +1616,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1576 "model.cu"
+#line 1620 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1667,4 +1711,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1671 "model.cu"
+#line 1715 "model.cu"

@@ -80,10 +80,20 @@ __device__ __forceinline__ void store_bf16_n(bf16_t *p, i64 i, const float *v) {
     for (int k = 0; k < N; k++) q[k] = float_to_bf16(v[k]);
   }
 }
+// p[i..i+N) = v: 16-byte stores (8-byte for N = 2) when aligned, else N stores.
 template <int N>
 __device__ __forceinline__ void store_f32_n(float *p, i64 i, const float *v) {
+  static_assert(N == 1 || N == 2 || N == 4 || N == 8, "N: 1, 2, 4 or 8 values");
+  float *q = p + i;
+  if (N >= 4 && ((unsigned long long)q & 15) == 0) {
 #pragma unroll
-  for (int k = 0; k < N; k++) p[i + k] = v[k];
+    for (int k = 0; k < N; k += 4) *(float4 *)(q + k) = make_float4(v[k], v[k + 1], v[k + 2], v[k + 3]);
+  } else if (N == 2 && ((unsigned long long)q & 7) == 0) {
+    *(float2 *)q = make_float2(v[0], v[N - 1]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; k++) q[k] = v[k];
+  }
 }
 template <int N>
 __device__ __forceinline__ void store_fp16_n(fp16_t *p, i64 i, const float *v) {
@@ -238,7 +248,7 @@ embed_a(float *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 242 "model.cu"
+#line 252 "model.cu"
 
 // codegen_variants.gem:17:7 embed sparse (fwd)
 //     g = embed(geos, geo);
@@ -267,7 +277,7 @@ amax_u_x_fp8(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 271 "model.cu"
+#line 281 "model.cu"
 
 // codegen_variants.gem:18:7 linear x operand to fp8 (E4M3, one scale) (fwd)
 //     u = linear(c, 8) @fp8;
@@ -283,7 +293,7 @@ quantize_fp8_u_x_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_f32(x, i) / scale) * scale);
 }
-#line 287 "model.cu"
+#line 297 "model.cu"
 
 // codegen_variants.gem:18:7 linear w operand: amax for the fp8 scale (fwd)
 //     u = linear(c, 8) @fp8;
@@ -303,7 +313,7 @@ act_none_u(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_none((double)pre[i]));
 }
-#line 307 "model.cu"
+#line 317 "model.cu"
 
 // codegen_variants.gem:19:7 linear x operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -315,7 +325,7 @@ cast_v_x_fp16(fp16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_fp16(out, i, load_f32(x, i));
 }
-#line 319 "model.cu"
+#line 329 "model.cu"
 
 // codegen_variants.gem:19:7 linear w operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -336,7 +346,7 @@ sub_act_m_sigmoid0(float *__restrict__ y,
   float stored = load_f32(out, i);  // the act reads what its input holds
   store_f32(y, i, (float)act_sigmoid((double)stored));
 }
-#line 340 "model.cu"
+#line 350 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (fwd)
 //     m = sigmoid(a - g) * u;
@@ -350,7 +360,7 @@ mul_m(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) * load_bf16(b, i));
 }
-#line 354 "model.cu"
+#line 364 "model.cu"
 
 // codegen_variants.gem:21:15 stack fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -369,7 +379,7 @@ stack_s_stack0(float *__restrict__ out,
   else if (row % 3 == 1) store_f32(out, i, load_fp16(x1, (row / 3) * WIDTH + col));
   else if (row % 3 == 2) store_f32(out, i, load_f32(x2, (row / 3) * WIDTH + col));
 }
-#line 373 "model.cu"
+#line 383 "model.cu"
 
 // codegen_variants.gem:21:7 flatten fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -384,7 +394,7 @@ flatten_s(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 388 "model.cu"
+#line 398 "model.cu"
 
 // codegen_variants.gem:23:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -403,7 +413,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 407 "model.cu"
+#line 417 "model.cu"
 
 // codegen_variants.gem:23:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -416,7 +426,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 420 "model.cu"
+#line 430 "model.cu"
 
 // codegen_variants.gem:23:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -431,7 +441,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 435 "model.cu"
+#line 445 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -457,7 +467,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 461 "model.cu"
+#line 471 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -472,7 +482,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 476 "model.cu"
+#line 486 "model.cu"
 
 // codegen_variants.gem:22:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -485,7 +495,7 @@ act_grad_relu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_relu_grad((double)pre[i])));
 }
-#line 489 "model.cu"
+#line 499 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -511,7 +521,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 515 "model.cu"
+#line 525 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -526,7 +536,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 530 "model.cu"
+#line 540 "model.cu"
 
 // codegen_variants.gem:21:7 unflatten fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -541,7 +551,7 @@ unflatten_s_stack0_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 545 "model.cu"
+#line 555 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -556,7 +566,7 @@ unstack_m_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 0) * WIDTH + col));
 }
-#line 560 "model.cu"
+#line 570 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp16 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -571,7 +581,7 @@ unstack_v_grad(fp16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_fp16(out, i, load_f32(x, (row * 3 + 1) * WIDTH + col));
 }
-#line 575 "model.cu"
+#line 585 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -586,7 +596,7 @@ unstack_g_grad_1(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 2) * WIDTH + col));
 }
-#line 590 "model.cu"
+#line 600 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -604,7 +614,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_f32(a, i) * load_f32(b, i));
 }
-#line 608 "model.cu"
+#line 618 "model.cu"
 
 // codegen_variants.gem:20:7 act_bwd sigmoid (bwd)
 //     m = sigmoid(a - g) * u;
@@ -618,7 +628,7 @@ act_bwd_sigmoid_m_sub0_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)((double)load_f32(dy, i) * act_sigmoid_grad((double)load_f32(x, i))));
 }
-#line 622 "model.cu"
+#line 632 "model.cu"
 
 // codegen_variants.gem:20:15 scale fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -631,7 +641,7 @@ scale_g_grad_0(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)(-1.0) * load_f32(a, i));
 }
-#line 635 "model.cu"
+#line 645 "model.cu"
 
 // codegen_variants.gem:19:7 linear_bwd_x w operand fp32 to fp16 (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -665,7 +675,7 @@ reduce_rows_v_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 669 "model.cu"
+#line 679 "model.cu"
 
 // codegen_variants.gem:19:7 reduce_rows the column chunks added in order (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -680,7 +690,7 @@ reduce_rows_v_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 684 "model.cu"
+#line 694 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w x operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
@@ -713,7 +723,7 @@ amax_u_linear0_w_grad_dz_fp8(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 717 "model.cu"
+#line 727 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand to fp8 (E4M3, one scale) (bwd)
 //     u = linear(c, 8) @fp8;
@@ -729,7 +739,7 @@ quantize_fp8_u_linear0_w_grad_dz_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_bf16(x, i) / scale) * scale);
 }
-#line 733 "model.cu"
+#line 743 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -755,7 +765,7 @@ reduce_rows_u_linear0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 759 "model.cu"
+#line 769 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows the column chunks added in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -773,7 +783,7 @@ add_g_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) + load_f32(b, i));
 }
-#line 777 "model.cu"
+#line 787 "model.cu"
 
 // codegen_variants.gem:16:7 add fp32 (bwd)
 //     a = embed(ads, ad);
@@ -1052,7 +1062,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1056 "model.cu"
+#line 1066 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1067,7 +1077,8 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     unsigned *__restrict__ long_count) {
 #line 13 "codegen_variants.gem"
-  enum { DIM = 8, IDS = 8, AHEAD = 4, VEC = 1, SPLIT_MIN = 64 };
+  enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+         CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1080,7 +1091,16 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     return;
   }
   double sum_sq = 0.0;
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+  float keep[CHUNKS][VEC];  // the lane's sums, for the update below
+  float w[CHUNKS][VEC];  // the lane's columns of the row
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++)
+    if ((k * WARP_SIZE + lane) * VEC < DIM)
+      load_f32_n<VEC>(table, row * DIM + (k * WARP_SIZE + lane) * VEC, w[k]);
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
     // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
     auto values = [&](i64 occ, float *v) {
       if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
@@ -1103,17 +1123,23 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
         for (int j = 0; j < VEC; j++)
           if (u < here) g[j] += v[u][j];
     }
+    store_f32_n<VEC>(grad, c0, g);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      grad[c0 + j] = g[j];
+      keep[k][j] = g[j];
       sum_sq += (double)g[j] * g[j];
     }
   }
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
-    for (int col = c0; col < c0 + VEC; col++)
-      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.2 * grad[col]));
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) w[k][j] = (float)(w[k][j] - 0.2 * keep[k][j]);
+    store_f32_n<VEC>(table, row * DIM + c0, w[k]);
+  }
 }
-#line 1117 "model.cu"
+#line 1143 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1128,7 +1154,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     const int *__restrict__ long_runs,
     const unsigned *__restrict__ long_count) {
 #line 13 "codegen_variants.gem"
-  enum { DIM = 8, VEC = 1, AHEAD = 4, WARPS = 32, CHUNK = WARP_SIZE * VEC };
+  enum { DIM = 8, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
@@ -1182,7 +1208,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1186 "model.cu"
+#line 1212 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1202,7 +1228,8 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     unsigned *__restrict__ long_count) {
 #line 14 "codegen_variants.gem"
-  enum { DIM = 8, IDS = 8, AHEAD = 4, VEC = 1, SPLIT_MIN = 64 };
+  enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+         CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
   const int lane = (int)(threadIdx.x % WARP_SIZE);
@@ -1215,7 +1242,17 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     return;
   }
   double sum_sq = 0.0;
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC) {
+  float keep[CHUNKS][VEC];  // the lane's sums, for the update below
+  float w[CHUNKS][VEC];  // the lane's columns of the row
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++)
+    if ((k * WARP_SIZE + lane) * VEC < DIM)
+      load_f32_n<VEC>(table, row * DIM + (k * WARP_SIZE + lane) * VEC, w[k]);
+  const float rowsum_was = rowsum[row];
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
     // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
     auto values = [&](i64 occ, float *v) {
       if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
@@ -1238,22 +1275,28 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
         for (int j = 0; j < VEC; j++)
           if (u < here) g[j] += v[u][j];
     }
+    store_f32_n<VEC>(grad, c0, g);
 #pragma unroll
     for (int j = 0; j < VEC; j++) {
-      grad[c0 + j] = g[j];
+      keep[k][j] = g[j];
       sum_sq += (double)g[j] * g[j];
     }
   }
   sum_sq = warp_sum(sum_sq);
-  float state = (float)(rowsum[row] + sum_sq / DIM);
+  float state = (float)(rowsum_was + sum_sq / DIM);
   __syncwarp();  // every lane has read rowsum before it is written
   if (lane == 0) rowsum[row] = state;
   double step = 0.01 / (sqrt((double)state) + 1e-08);
-  for (int c0 = lane * VEC; c0 < DIM; c0 += WARP_SIZE * VEC)
-    for (int col = c0; col < c0 + VEC; col++)
-      store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
+#pragma unroll
+  for (int k = 0; k < CHUNKS; k++) {
+    const int c0 = (k * WARP_SIZE + lane) * VEC;
+    if (c0 >= DIM) break;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) w[k][j] = (float)(w[k][j] - step * keep[k][j]);
+    store_f32_n<VEC>(table, row * DIM + c0, w[k]);
+  }
 }
-#line 1257 "model.cu"
+#line 1300 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1269,7 +1312,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     const int *__restrict__ long_runs,
     const unsigned *__restrict__ long_count) {
 #line 14 "codegen_variants.gem"
-  enum { DIM = 8, VEC = 1, AHEAD = 4, WARPS = 32, CHUNK = WARP_SIZE * VEC };
+  enum { DIM = 8, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
@@ -1328,7 +1371,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1332 "model.cu"
+#line 1375 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1382,4 +1425,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1386 "model.cu"
+#line 1429 "model.cu"
