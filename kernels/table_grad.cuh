@@ -23,13 +23,15 @@
 enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, SORT_MAX_TILES = 128, SORT_MAX_PASSES = 8 };
 enum {
   SORT_WARPS = 32, SORT_THREADS = SORT_WARPS * WARP_SIZE, SORT_AHEAD = 4,
-  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them), the
+  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them; the
+  // last, SORT_LONG_COUNT, counts the generated apply kernel's listed long runs), the
   // histograms [pass][digit], the runs' tile totals, then the passes' tile totals
   // [pass][tile][digit].
-  SORT_COUNTERS = 16, SORT_HISTOGRAMS = SORT_COUNTERS,
+  SORT_COUNTERS = 16, SORT_LONG_COUNT = SORT_COUNTERS - 1, SORT_HISTOGRAMS = SORT_COUNTERS,
   SORT_RUN_TOTALS = SORT_HISTOGRAMS + SORT_MAX_PASSES * RADIX_BUCKETS,
   SORT_PASS_TOTALS = SORT_RUN_TOTALS + SORT_MAX_TILES
 };
+static_assert(SORT_MAX_PASSES < SORT_LONG_COUNT, "the passes' and the runs' counters come first");
 #define SORT_PUBLISHED 0x80000000u  // a tile total's flag: written (totals are below 2^31)
 
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }

@@ -24,14 +24,15 @@
 // table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
 // HOT_OCCURRENCES or more occurrences each at the largest batch, and a hot row's run longer
 // than SPLIT_MIN is summed in parallel parts.
-// A hot table's runs are also cut over up to SPLIT_BLOCKS blocks each (enough blocks for
-// SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
+// A hot table's runs are also cut over up to SPLIT_BLOCKS blocks of PARTS_WARPS warps each
+// (SPLIT_TARGET in all at most, one wave at 4 blocks an SM): a 64-row table had only 64 blocks
+// on 132 SMs.
 enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
        // the warp kernels: 3 occurrences x 8 columns in flight a lane, beside the row's 8
        // columns loaded early, keep table_grad_apply at 60 registers, 4 blocks of 8 warps an SM
        // (8 ahead took 89, 22% occupancy; 4 ahead with the early row 72: docs/perf.md)
        WARP_AHEAD = 3, LONG_WARPS = 32,
-       SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
+       SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132, PARTS_WARPS = 8 };
 // An enum constant of kernels/table_grad.cuh (its `NAME = N` text), so the passes, shifts and
 // tiles here always match the kernels.
 static int table_grad_constant(const char *name, int lo, int hi) {
@@ -300,7 +301,7 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
                "  float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
                "  int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;\n"
                "  if (count > SPLIT_MIN) {  // table_grad_apply_long sums it\n"
-               "    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;\n"
+               "    if (lane == 0) long_runs[atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)] = (int)d;\n"
                "    return;\n"
                "  }\n"
                "  double sum_sq = 0.0;\n"
@@ -346,7 +347,8 @@ static void emit_long_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
                "  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns\n"
                "  i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]\n"
                "  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x %% WARP_SIZE);\n"
-               "  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {\n"
+               "  const int long_count = sort_state[SORT_LONG_COUNT];\n"
+               "  for (int li = blockIdx.x; li < long_count; li += gridDim.x) {\n"
                "    i64 d = long_runs[li];\n"
                "    i64 row = header[1 + d];\n"
                "    float *grad = (float *)(header + 1 + max_distinct) + d * DIM;\n"
@@ -398,15 +400,17 @@ static void emit_groups_sum(StrBuf *b, const ApplyKernel *k) {
 
 // table_grad_parts: block x sums part x % BLOCKS of distinct id x / BLOCKS's run into
 // part_sums[x] (every element written). A run of at most SPLIT_MIN is summed whole, in
-// occurrence order, by part 0 (the CPU executor's order: the same bits once the zeros of the
-// other parts are added); a longer one is cut into BLOCKS contiguous parts, each cut again
-// into GROUPS summed in parallel and added in group order.
+// occurrence order, by warp 0 of part 0 (the CPU executor's order: the same bits once the
+// zeros of the other parts and warps are added); a longer one is cut into BLOCKS contiguous
+// parts, each cut again into one contiguous share a warp, added in warp order. A lane owns VEC
+// adjacent columns (one vector load an occurrence, as the warp apply): one column a thread,
+// each walking its share one load at a time, took 0.040 ms of gem_small's step (docs/perf.md).
 static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
-  sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d, "
-               "BLOCKS = %d };\n"
-               "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
+  sb_printf(b, "  enum { DIM = %lld, VEC = %d, AHEAD = %d, WARPS = %d, CHUNK = WARP_SIZE * VEC,\n"
+               "         SPLIT_MIN = %d, BLOCKS = %d };\n"
+               "  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns\n"
                "  const i64 *header = rows_grad;  // [U][ids][values]\n"
-               "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n"
+               "  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x %% WARP_SIZE);\n"
                "  const i64 d = blockIdx.x / BLOCKS;\n"
                "  const int piece = (int)(blockIdx.x %% BLOCKS);\n"
                "  if (d >= header[0]) return;\n"
@@ -415,15 +419,24 @@ static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
                "  const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;\n"
                "  const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;\n"
                "  const int n_here = p_hi - p_lo;\n"
-               "  const bool split_here = GROUPS > 1 && split;\n"
-               "  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);\n"
-               "  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);\n"
+               "  const int lo = p_lo + (split ? (int)((i64)n_here * warp / WARPS) : warp == 0 ? 0 : n_here);\n"
+               "  const int hi = p_lo + (split ? (int)((i64)n_here * (warp + 1) / WARPS) : n_here);\n"
                "  float *out = part_sums + (i64)blockIdx.x * DIM;\n"
-               "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
-               "    const int col = col0 + lane_col;\n",
-            (long long)k->dim, (long long)k->gcols, k->parts, SPLIT_MIN, APPLY_AHEAD, k->blocks);
-  emit_groups_sum(b, k);
-  sb_puts(b, "    if (group == 0 && col < DIM) out[col] = g;\n"
+               "  for (int chunk = 0; chunk < DIM; chunk += CHUNK) {\n"
+               "    const int c0 = chunk + lane * VEC;\n"
+               "    if (c0 < DIM) {\n",
+            (long long)k->dim, warp_vec(k->dim), WARP_AHEAD, PARTS_WARPS, SPLIT_MIN, k->blocks);
+  emit_values_run_sum(b, k->ir, k->n, k->npairs, "      ", "lo", "hi");
+  sb_puts(b, "#pragma unroll\n"
+             "      for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];\n"
+             "    }\n"
+             "    __syncthreads();\n"
+             "    for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {\n"
+             "      float g = 0.0f;\n"
+             "      for (int w = 0; w < WARPS; w++) g += part[w][t];\n"
+             "      out[chunk + t] = g;\n"
+             "    }\n"
+             "    __syncthreads();  // part serves the next chunk\n"
              "  }\n");
 }
 
@@ -644,7 +657,7 @@ static bool lower_table_grad(Lower *L, int node) {
   // 7. sum each distinct id's run, write the row, apply the optimizer.
   // A table whose rows take many occurrences each (a small one such as gem_small's 64-row
   // `acts`, about 1,500 each) cuts a run longer than SPLIT_MIN over `blocks` blocks
-  // (table_grad_parts), each splitting its part again into GROUPS summed in parallel, and the
+  // (table_grad_parts), each splitting its part again into a share a warp, and the
   // apply kernel adds an id's blocks in order (deterministic; a run of at most SPLIT_MIN is
   // summed in occurrence order as the CPU executor does, the same bits). Other tables get a
   // warp per id; a run longer than SPLIT_MIN there (a popular item of a large table) is put on
@@ -658,21 +671,17 @@ static bool lower_table_grad(Lower *L, int node) {
   // A hot table's runs, cut over `blocks` blocks each (table_grad_parts), then added per id.
   int blocks = 1;
   if (!warp) {
-    blocks = (int)((SPLIT_TARGET + rows - 1) / rows);
+    blocks = (int)(SPLIT_TARGET / rows);  // one wave: SPLIT_TARGET blocks fit the SMs at once
     if (blocks > SPLIT_BLOCKS) blocks = SPLIT_BLOCKS;
     if (blocks < 1) blocks = 1;
   }
   ApplyKernel k = {ir, n, npairs, dim, gcols, parts, warp, blocks, false};
-  int long_list = -1, long_count = -1;
+  // The long runs' list; their count is the sort state's SORT_LONG_COUNT counter, zeroed with
+  // it (a memset of its own was a launch a table).
+  int long_list = -1;
   if (warp) {
     snprintf(sname, sizeof sname, "%s.grad.long_runs", tn);
     long_list = lower_new_scratch(L, sname, sym_scale(occ, 4));
-    snprintf(sname, sizeof sname, "%s.grad.long_count", tn);
-    long_count = lower_new_scratch(L, sname, sym_const(8));
-    Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
-    z->zero_arg = (LaunchArg){.kind = ARG_SCRATCH, .tensor = -1, .slot = long_count, .jag = -1,
-                              .tiles = -1};
-    z->zero_bytes = sym_const(8);
   }
   Optim o = tt->optim;
   char what[200];
@@ -683,7 +692,7 @@ static bool lower_table_grad(Lower *L, int node) {
     snprintf(name, sizeof name, "table_grad_parts_%s", id);
     snprintf(what, sizeof what, "each distinct id's run summed in %d parts, a block each", blocks);
     lower_comment(L, node, what);
-    kb_begin(&kb, L, node, name, sym_const(rows * blocks), 1, (int)gcols * parts);
+    kb_begin(&kb, L, node, name, sym_const(rows * blocks), 1, PARTS_WARPS * 32);
     kb_tensor_typed(&kb, "i64", "rows_grad", n->out, false);  // its header: U
     kb_scratch(&kb, "int", "sorted", sorted, false);
     kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
@@ -710,7 +719,7 @@ static bool lower_table_grad(Lower *L, int node) {
   if (blocks > 1) kb_scratch(&kb, "float", "part_sums", part_sums, false);
   if (warp) {
     kb_scratch(&kb, "int", "long_runs", long_list, true);
-    kb_scratch(&kb, "unsigned", "long_count", long_count, true);
+    kb_scratch_part(&kb, "int", "sort_state", state, true, 4);  // its SORT_LONG_COUNT
   }
   b = (StrBuf){0};
   if (warp) emit_warp_apply(&b, &k, tt);
@@ -730,7 +739,7 @@ static bool lower_table_grad(Lower *L, int node) {
   kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, LONG_WARPS * 32);
   apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, occ);
   kb_scratch(&kb, "int", "long_runs", long_list, false);
-  kb_scratch(&kb, "unsigned", "long_count", long_count, false);
+  kb_scratch_part(&kb, "int", "sort_state", state, false, 4);
   b = (StrBuf){0};
   emit_long_apply(&b, &k, tt);
   kb_end(&kb, b.data);

@@ -333,6 +333,14 @@ void kb_scratch(KernelBuilder *kb, const char *ctype, const char *param, int slo
   kb_declare(kb, a, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
 }
 
+void kb_scratch_part(KernelBuilder *kb, const char *ctype, const char *param, int slot, bool out,
+                     int64_t used) {
+  LaunchArg a = arg_of(ARG_SCRATCH);
+  a.slot = slot;
+  a.size = sym_const(used);
+  kb_declare(kb, a, "%s%s *__restrict__ %s", out ? "" : "const ", ctype, param);
+}
+
 void kb_grad_out(KernelBuilder *kb, const char *param, int param_tensor) {
   LaunchArg a = arg_of(ARG_GRAD);
   a.tensor = param_tensor;

@@ -94,6 +94,10 @@ void kb_begin(KernelBuilder *kb, Lower *L, int node, const char *name, SymSize s
 void kb_tensor_out(KernelBuilder *kb, const char *param, int t);  // T *__restrict__ param
 void kb_tensor_in(KernelBuilder *kb, const char *param, int t);   // const T *__restrict__
 void kb_scratch(KernelBuilder *kb, const char *ctype, const char *param, int slot, bool out);
+// A scratch of which the kernel touches only `used` bytes (a counter in a larger state), so
+// that the launch's counted bytes (launch_cost.h) are those, not the whole scratch's.
+void kb_scratch_part(KernelBuilder *kb, const char *ctype, const char *param, int slot, bool out,
+                     int64_t used);
 void kb_grad_out(KernelBuilder *kb, const char *param, int param_tensor);
 void kb_optstate(KernelBuilder *kb, const char *param, int tensor, int slot);
 void kb_offsets(KernelBuilder *kb, const char *param, int jag);

@@ -125,7 +125,8 @@ static double pointee_bytes(const Plan *p, const BatchSizes *b, const Launch *l,
     bool table = ir->tensors[arg->tensor].kind == TENSOR_TABLE;
     return table ? table_part(p, b, arg->tensor, l->node, full) : full;
   }
-  case ARG_SCRATCH: return eval(b, p->scratch[arg->slot].bytes);
+  case ARG_SCRATCH:  // a size on the argument: the part of the scratch the kernel touches
+    return eval(b, arg->size.c || arg->size.b || arg->size.t ? arg->size : p->scratch[arg->slot].bytes);
   case ARG_OFFSETS: return 8.0 * (double)(b->B + 1);
   case ARG_WORKSPACE: return eval(b, arg->size);
   default: return 0;

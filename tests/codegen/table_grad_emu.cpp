@@ -46,10 +46,10 @@ int main(int argc, char **argv) {
   // A warp per id, 8 ids a block; runs longer than 64 listed for the long kernel (1024 threads:
   // 32 groups of 32 columns for D = 16), which sums them in 32 parts. The plan gives it 264
   // blocks; 2 here take the same ids in turn (li += gridDim.x) at a fraction of the threads.
+  // Their count is the sort state's SORT_LONG_COUNT counter, zero before the apply.
   std::vector<int> long_runs(n + 1);
-  unsigned long_count = 0;
-  launch(grid(n, 8), 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), &long_count); });
-  launch(2, 1024, [&] { table_grad_apply_long_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), &long_count); });
+  launch(grid(n, 8), 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), state.data()); });
+  launch(2, 1024, [&] { table_grad_apply_long_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), state.data()); });
   // reference
   i64 U = 0; int bad = 0;
   const i64 *gids = hdr + 1; const float *gv = (const float *)(gids + n);

@@ -595,13 +595,15 @@ embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
 enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, SORT_MAX_TILES = 128, SORT_MAX_PASSES = 8 };
 enum {
   SORT_WARPS = 32, SORT_THREADS = SORT_WARPS * WARP_SIZE, SORT_AHEAD = 4,
-  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them), the
+  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them; the
+  // last, SORT_LONG_COUNT, counts the generated apply kernel's listed long runs), the
   // histograms [pass][digit], the runs' tile totals, then the passes' tile totals
   // [pass][tile][digit].
-  SORT_COUNTERS = 16, SORT_HISTOGRAMS = SORT_COUNTERS,
+  SORT_COUNTERS = 16, SORT_LONG_COUNT = SORT_COUNTERS - 1, SORT_HISTOGRAMS = SORT_COUNTERS,
   SORT_RUN_TOTALS = SORT_HISTOGRAMS + SORT_MAX_PASSES * RADIX_BUCKETS,
   SORT_PASS_TOTALS = SORT_RUN_TOTALS + SORT_MAX_TILES
 };
+static_assert(SORT_MAX_PASSES < SORT_LONG_COUNT, "the passes' and the runs' counters come first");
 #define SORT_PUBLISHED 0x80000000u  // a tile total's flag: written (totals are below 2^31)
 
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -846,11 +848,11 @@ table_grad_gather_acts(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 850 "model.cu"
+#line 852 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(256)
 table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     const int *__restrict__ sorted,
     const int *__restrict__ distinct_begin,
@@ -860,10 +862,11 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     i64 n1,
     float *__restrict__ part_sums) {
 #line 15 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8, BLOCKS = 16 };
-  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  enum { DIM = 48, VEC = 1, AHEAD = 3, WARPS = 8, CHUNK = WARP_SIZE * VEC,
+         SPLIT_MIN = 64, BLOCKS = 16 };
+  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   const i64 *header = rows_grad;  // [U][ids][values]
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
   const i64 d = blockIdx.x / BLOCKS;
   const int piece = (int)(blockIdx.x % BLOCKS);
   if (d >= header[0]) return;
@@ -872,48 +875,49 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
   const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;
   const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;
   const int n_here = p_hi - p_lo;
-  const bool split_here = GROUPS > 1 && split;
-  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);
-  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);
+  const int lo = p_lo + (split ? (int)((i64)n_here * warp / WARPS) : warp == 0 ? 0 : n_here);
+  const int hi = p_lo + (split ? (int)((i64)n_here * (warp + 1) / WARPS) : n_here);
   float *out = part_sums + (i64)blockIdx.x * DIM;
-  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
-    const int col = col0 + lane_col;
-    // The occurrence's gradient value in column col: its lookup's dy row.
-    auto value = [&](i64 occ) -> float {
-      if (occ < n0) return load_f32(dy0, occ * DIM + col);
-      occ -= n0;
-      if (occ < n1) return load_f32(dy1, occ * DIM + col);
-      occ -= n1;
-      return 0.0f;
-    };
-    float g = 0.0f;
-    if (col < DIM) {
-      int e = lo;
-      for (; e + AHEAD <= hi; e += AHEAD) {
+  for (int chunk = 0; chunk < DIM; chunk += CHUNK) {
+    const int c0 = chunk + lane * VEC;
+    if (c0 < DIM) {
+      // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+      auto values = [&](i64 occ, float *v) {
+        if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
+        occ -= n0;
+        if (occ < n1) return load_f32_n<VEC>(dy1, occ * DIM + c0, v);
+        occ -= n1;
+        for (int j = 0; j < VEC; j++) v[j] = 0.0f;
+      };
+      float g[VEC] = {};
+      for (int e = lo; e < hi; e += AHEAD) {
+        const int here = hi - e < AHEAD ? hi - e : AHEAD;
         int at[AHEAD];
-        float v[AHEAD];
+        float v[AHEAD][VEC];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+        for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+        for (int u = 0; u < AHEAD; u++)
+          if (u < here) values(at[u], v[u]);
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) g += v[u];
+        for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+          for (int j = 0; j < VEC; j++)
+            if (u < here) g[j] += v[u][j];
       }
-      for (; e < hi; e++) g += value(sorted[begin + e]);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
     }
-    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
-      part[group * GCOLS + lane_col] = g;
-      __syncthreads();
-      if (group == 0) {
-        g = 0.0f;
-        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
-      }
-      __syncthreads();
+    __syncthreads();
+    for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {
+      float g = 0.0f;
+      for (int w = 0; w < WARPS; w++) g += part[w][t];
+      out[chunk + t] = g;
     }
-    if (group == 0 && col < DIM) out[col] = g;
+    __syncthreads();  // part serves the next chunk
   }
 }
-#line 917 "model.cu"
+#line 921 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -956,7 +960,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 960 "model.cu"
+#line 964 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -970,11 +974,11 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 974 "model.cu"
+#line 978 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(256)
 table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     const int *__restrict__ sorted,
     const int *__restrict__ distinct_begin,
@@ -982,10 +986,11 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     i64 n0,
     float *__restrict__ part_sums) {
 #line 16 "codegen_hot_table.gem"
-  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8, BLOCKS = 16 };
-  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
+  enum { DIM = 48, VEC = 1, AHEAD = 3, WARPS = 8, CHUNK = WARP_SIZE * VEC,
+         SPLIT_MIN = 64, BLOCKS = 16 };
+  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   const i64 *header = rows_grad;  // [U][ids][values]
-  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
+  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
   const i64 d = blockIdx.x / BLOCKS;
   const int piece = (int)(blockIdx.x % BLOCKS);
   if (d >= header[0]) return;
@@ -994,46 +999,47 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
   const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;
   const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;
   const int n_here = p_hi - p_lo;
-  const bool split_here = GROUPS > 1 && split;
-  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);
-  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);
+  const int lo = p_lo + (split ? (int)((i64)n_here * warp / WARPS) : warp == 0 ? 0 : n_here);
+  const int hi = p_lo + (split ? (int)((i64)n_here * (warp + 1) / WARPS) : n_here);
   float *out = part_sums + (i64)blockIdx.x * DIM;
-  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
-    const int col = col0 + lane_col;
-    // The occurrence's gradient value in column col: its lookup's dy row.
-    auto value = [&](i64 occ) -> float {
-      if (occ < n0) return load_f32(dy0, occ * DIM + col);
-      occ -= n0;
-      return 0.0f;
-    };
-    float g = 0.0f;
-    if (col < DIM) {
-      int e = lo;
-      for (; e + AHEAD <= hi; e += AHEAD) {
+  for (int chunk = 0; chunk < DIM; chunk += CHUNK) {
+    const int c0 = chunk + lane * VEC;
+    if (c0 < DIM) {
+      // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
+      auto values = [&](i64 occ, float *v) {
+        if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
+        occ -= n0;
+        for (int j = 0; j < VEC; j++) v[j] = 0.0f;
+      };
+      float g[VEC] = {};
+      for (int e = lo; e < hi; e += AHEAD) {
+        const int here = hi - e < AHEAD ? hi - e : AHEAD;
         int at[AHEAD];
-        float v[AHEAD];
+        float v[AHEAD][VEC];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
+        for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
+        for (int u = 0; u < AHEAD; u++)
+          if (u < here) values(at[u], v[u]);
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) g += v[u];
+        for (int u = 0; u < AHEAD; u++)
+#pragma unroll
+          for (int j = 0; j < VEC; j++)
+            if (u < here) g[j] += v[u][j];
       }
-      for (; e < hi; e++) g += value(sorted[begin + e]);
+#pragma unroll
+      for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
     }
-    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
-      part[group * GCOLS + lane_col] = g;
-      __syncthreads();
-      if (group == 0) {
-        g = 0.0f;
-        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
-      }
-      __syncthreads();
+    __syncthreads();
+    for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {
+      float g = 0.0f;
+      for (int w = 0; w < WARPS; w++) g += part[w][t];
+      out[chunk + t] = g;
     }
-    if (group == 0 && col < DIM) out[col] = g;
+    __syncthreads();  // part serves the next chunk
   }
 }
-#line 1037 "model.cu"
+#line 1043 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1068,7 +1074,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 1072 "model.cu"
+#line 1078 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1086,7 +1092,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     int *__restrict__ long_runs,
-    unsigned *__restrict__ long_count) {
+    int *__restrict__ sort_state) {
 #line 17 "codegen_hot_table.gem"
   enum { DIM = 48, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
@@ -1098,7 +1104,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;
   if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
-    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    if (lane == 0) long_runs[atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)] = (int)d;
     return;
   }
   double sum_sq = 0.0;
@@ -1156,7 +1162,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1160 "model.cu"
+#line 1166 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1170,14 +1176,15 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     const int *__restrict__ long_runs,
-    const unsigned *__restrict__ long_count) {
+    const int *__restrict__ sort_state) {
 #line 17 "codegen_hot_table.gem"
   enum { DIM = 48, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
-  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+  const int long_count = sort_state[SORT_LONG_COUNT];
+  for (int li = blockIdx.x; li < long_count; li += gridDim.x) {
     i64 d = long_runs[li];
     i64 row = header[1 + d];
     float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
@@ -1231,7 +1238,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1235 "model.cu"
+#line 1242 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1286,4 +1293,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1290 "model.cu"
+#line 1297 "model.cu"

@@ -1025,13 +1025,15 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
 enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, SORT_MAX_TILES = 128, SORT_MAX_PASSES = 8 };
 enum {
   SORT_WARPS = 32, SORT_THREADS = SORT_WARPS * WARP_SIZE, SORT_AHEAD = 4,
-  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them), the
+  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them; the
+  // last, SORT_LONG_COUNT, counts the generated apply kernel's listed long runs), the
   // histograms [pass][digit], the runs' tile totals, then the passes' tile totals
   // [pass][tile][digit].
-  SORT_COUNTERS = 16, SORT_HISTOGRAMS = SORT_COUNTERS,
+  SORT_COUNTERS = 16, SORT_LONG_COUNT = SORT_COUNTERS - 1, SORT_HISTOGRAMS = SORT_COUNTERS,
   SORT_RUN_TOTALS = SORT_HISTOGRAMS + SORT_MAX_PASSES * RADIX_BUCKETS,
   SORT_PASS_TOTALS = SORT_RUN_TOTALS + SORT_MAX_TILES
 };
+static_assert(SORT_MAX_PASSES < SORT_LONG_COUNT, "the passes' and the runs' counters come first");
 #define SORT_PUBLISHED 0x80000000u  // a tile total's flag: written (totals are below 2^31)
 
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -1276,7 +1278,7 @@ table_grad_gather_items(i64 *__restrict__ keys,
   if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
   k -= n1;
 }
-#line 1280 "model.cu"
+#line 1282 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1292,7 +1294,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     i64 n1,
     i64 max_distinct,
     int *__restrict__ long_runs,
-    unsigned *__restrict__ long_count) {
+    int *__restrict__ sort_state) {
 #line 13 "codegen_small.gem"
   enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
@@ -1304,7 +1306,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;
   if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
-    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    if (lane == 0) long_runs[atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)] = (int)d;
     return;
   }
   double sum_sq = 0.0;
@@ -1364,7 +1366,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1368 "model.cu"
+#line 1370 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1380,14 +1382,15 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     i64 n1,
     i64 max_distinct,
     const int *__restrict__ long_runs,
-    const unsigned *__restrict__ long_count) {
+    const int *__restrict__ sort_state) {
 #line 13 "codegen_small.gem"
   enum { DIM = 16, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
-  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+  const int long_count = sort_state[SORT_LONG_COUNT];
+  for (int li = blockIdx.x; li < long_count; li += gridDim.x) {
     i64 d = long_runs[li];
     i64 row = header[1 + d];
     float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
@@ -1443,7 +1446,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1447 "model.cu"
+#line 1450 "model.cu"
 
 // codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table tagt  : rows 50;
@@ -1457,7 +1460,7 @@ table_grad_gather_tagt(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1461 "model.cu"
+#line 1464 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1471,7 +1474,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     int *__restrict__ long_runs,
-    unsigned *__restrict__ long_count) {
+    int *__restrict__ sort_state) {
 #line 14 "codegen_small.gem"
   enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
@@ -1483,7 +1486,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;
   if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
-    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    if (lane == 0) long_runs[atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)] = (int)d;
     return;
   }
   double sum_sq = 0.0;
@@ -1541,7 +1544,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1545 "model.cu"
+#line 1548 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1555,14 +1558,15 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     const int *__restrict__ long_runs,
-    const unsigned *__restrict__ long_count) {
+    const int *__restrict__ sort_state) {
 #line 14 "codegen_small.gem"
   enum { DIM = 16, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
-  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+  const int long_count = sort_state[SORT_LONG_COUNT];
+  for (int li = blockIdx.x; li < long_count; li += gridDim.x) {
     i64 d = long_runs[li];
     i64 row = header[1 + d];
     float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
@@ -1616,7 +1620,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1620 "model.cu"
+#line 1624 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1711,4 +1715,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1715 "model.cu"
+#line 1719 "model.cu"

@@ -815,13 +815,15 @@ add_g_grad(float *__restrict__ out,
 enum { RADIX_BITS = 8, RADIX_BUCKETS = 1 << RADIX_BITS, SORT_MAX_TILES = 128, SORT_MAX_PASSES = 8 };
 enum {
   SORT_WARPS = 32, SORT_THREADS = SORT_WARPS * WARP_SIZE, SORT_AHEAD = 4,
-  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them), the
+  // The sort state, in ints: the tile counters (a pass's at [pass], the runs' after them; the
+  // last, SORT_LONG_COUNT, counts the generated apply kernel's listed long runs), the
   // histograms [pass][digit], the runs' tile totals, then the passes' tile totals
   // [pass][tile][digit].
-  SORT_COUNTERS = 16, SORT_HISTOGRAMS = SORT_COUNTERS,
+  SORT_COUNTERS = 16, SORT_LONG_COUNT = SORT_COUNTERS - 1, SORT_HISTOGRAMS = SORT_COUNTERS,
   SORT_RUN_TOTALS = SORT_HISTOGRAMS + SORT_MAX_PASSES * RADIX_BUCKETS,
   SORT_PASS_TOTALS = SORT_RUN_TOTALS + SORT_MAX_TILES
 };
+static_assert(SORT_MAX_PASSES < SORT_LONG_COUNT, "the passes' and the runs' counters come first");
 #define SORT_PUBLISHED 0x80000000u  // a tile total's flag: written (totals are below 2^31)
 
 __device__ __forceinline__ unsigned radix_lanes_below(int lane) { return (1u << lane) - 1u; }
@@ -1062,7 +1064,7 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1066 "model.cu"
+#line 1068 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1075,7 +1077,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     int *__restrict__ long_runs,
-    unsigned *__restrict__ long_count) {
+    int *__restrict__ sort_state) {
 #line 13 "codegen_variants.gem"
   enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
@@ -1087,7 +1089,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;
   if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
-    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    if (lane == 0) long_runs[atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)] = (int)d;
     return;
   }
   double sum_sq = 0.0;
@@ -1139,7 +1141,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1143 "model.cu"
+#line 1145 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1152,14 +1154,15 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     const int *__restrict__ long_runs,
-    const unsigned *__restrict__ long_count) {
+    const int *__restrict__ sort_state) {
 #line 13 "codegen_variants.gem"
   enum { DIM = 8, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
-  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+  const int long_count = sort_state[SORT_LONG_COUNT];
+  for (int li = blockIdx.x; li < long_count; li += gridDim.x) {
     i64 d = long_runs[li];
     i64 row = header[1 + d];
     float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
@@ -1208,7 +1211,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1212 "model.cu"
+#line 1215 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table geos : rows 5;
@@ -1226,7 +1229,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     int *__restrict__ long_runs,
-    unsigned *__restrict__ long_count) {
+    int *__restrict__ sort_state) {
 #line 14 "codegen_variants.gem"
   enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
@@ -1238,7 +1241,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
   float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
   int begin = distinct_begin[d], count = distinct_begin[d + 1] - begin;
   if (count > SPLIT_MIN) {  // table_grad_apply_long sums it
-    if (lane == 0) long_runs[atomicAdd(long_count, 1u)] = (int)d;
+    if (lane == 0) long_runs[atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)] = (int)d;
     return;
   }
   double sum_sq = 0.0;
@@ -1296,7 +1299,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1300 "model.cu"
+#line 1303 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1310,14 +1313,15 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     i64 n0,
     i64 max_distinct,
     const int *__restrict__ long_runs,
-    const unsigned *__restrict__ long_count) {
+    const int *__restrict__ sort_state) {
 #line 14 "codegen_variants.gem"
   enum { DIM = 8, VEC = 1, AHEAD = 3, WARPS = 32, CHUNK = WARP_SIZE * VEC };
   __shared__ double partial[WARP_SIZE];
   __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
-  for (unsigned li = blockIdx.x; li < *long_count; li += gridDim.x) {
+  const int long_count = sort_state[SORT_LONG_COUNT];
+  for (int li = blockIdx.x; li < long_count; li += gridDim.x) {
     i64 d = long_runs[li];
     i64 row = header[1 + d];
     float *grad = (float *)(header + 1 + max_distinct) + d * DIM;
@@ -1371,7 +1375,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1375 "model.cu"
+#line 1379 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1425,4 +1429,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1429 "model.cu"
+#line 1433 "model.cu"

@@ -176,9 +176,9 @@ static void test_codegen_table_grad_has_no_float_atomics(void **state) {
   // The id grouping is a radix sort, with no pass over the table's rows; its atomics are
   // integer ones whose order changes no result: a long run's id put on the list, a sort tile
   // claimed, a block's digit counts added to the histogram.
-  assert_true(count(f->p.source, "atomicAdd(long_count, 1u)") > 0);
+  assert_true(count(f->p.source, "atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)") > 0);
   assert_int_equal(count(f->p.source, "atomicAdd("),
-                   count(f->p.source, "atomicAdd(long_count, 1u)") + count(f->p.source, "atomicAdd(next, 1)") +
+                   count(f->p.source, "atomicAdd((unsigned *)&sort_state[SORT_LONG_COUNT], 1u)") + count(f->p.source, "atomicAdd(next, 1)") +
                        count(f->p.source, "atomicAdd(&in_block[") + count(f->p.source, "atomicAdd(&state[SORT_HISTOGRAMS"));
   assert_int_equal(count(f->p.source, "atomicAdd(next, 1)"), 1);
   assert_non_null(find_kernel(&f->p, "table_grad_apply_long_items"));
