@@ -24,15 +24,17 @@
 // table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
 // HOT_OCCURRENCES or more occurrences each at the largest batch, and a hot row's run longer
 // than SPLIT_MIN is summed in parallel parts.
-// A hot table's runs are also cut over up to SPLIT_BLOCKS blocks of PARTS_WARPS warps each
-// (SPLIT_TARGET in all at most, one wave at 4 blocks an SM): a 64-row table had only 64 blocks
-// on 132 SMs.
+// A hot table's runs are also cut over up to SPLIT_BLOCKS blocks each (enough blocks for
+// SPLIT_TARGET in all): a 64-row table had only 64 blocks on 132 SMs.
 enum { APPLY_AHEAD = 8, HOT_OCCURRENCES = 64, SPLIT_MIN = 64, APPLY_WARPS = 8, LONG_BLOCKS = 264,
        // the warp kernels: 3 occurrences x 8 columns in flight a lane, beside the row's 8
        // columns loaded early, keep table_grad_apply at 60 registers, 4 blocks of 8 warps an SM
        // (8 ahead took 89, 22% occupancy; 4 ahead with the early row 72: docs/perf.md)
        WARP_AHEAD = 3, LONG_WARPS = 32,
-       SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132, PARTS_WARPS = 8 };
+       // the warp apply lists a run longer than this for table_grad_apply_long's 32 warps: one
+       // warp walking a run of up to 64 held gem_small's tagt apply at 0.033 ms (docs/perf.md)
+       WARP_SPLIT_MIN = 16,
+       SPLIT_BLOCKS = 16, SPLIT_TARGET = 4 * 132 };
 // An enum constant of kernels/table_grad.cuh (its `NAME = N` text), so the passes, shifts and
 // tiles here always match the kernels.
 static int table_grad_constant(const char *name, int lo, int hi) {
@@ -288,7 +290,7 @@ static void emit_row_update(StrBuf *b, const ApplyKernel *k, const Tensor *tt, c
 // SM many more than with a block per id. Each lane owns VEC adjacent columns (one vector load
 // an occurrence), so that a run is walked once per DIM / (32 VEC) column passes: once for
 // DIM = 256. Each column sums its run in occurrence order (the CPU's bits). A run longer than
-// SPLIT_MIN goes on the long list for table_grad_apply_long.
+// WARP_SPLIT_MIN goes on the long list for table_grad_apply_long.
 static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
   int vec = warp_vec(k->dim);
   sb_printf(b, "  enum { DIM = %lld, IDS = %d, AHEAD = %d, VEC = %d, SPLIT_MIN = %d,\n"
@@ -306,7 +308,7 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
                "  }\n"
                "  double sum_sq = 0.0;\n"
                "  float keep[CHUNKS][VEC];  // the lane's sums, for the update below\n",
-            (long long)k->dim, APPLY_WARPS, WARP_AHEAD, vec, SPLIT_MIN);
+            (long long)k->dim, APPLY_WARPS, WARP_AHEAD, vec, WARP_SPLIT_MIN);
   if (tt->optim.kind != OPTIM_NONE) {  // loaded now, so that their latency overlaps the sum's
     sb_printf(b, "  float w[CHUNKS][VEC];  // the lane's columns of the row\n"
                  "#pragma unroll\n"
@@ -334,7 +336,7 @@ static void emit_warp_apply(StrBuf *b, const ApplyKernel *k, const Tensor *tt) {
   emit_row_update(b, &kept, tt, "  ");
 }
 
-// table_grad_apply_long: the listed long runs (more than SPLIT_MIN occurrences), LONG_BLOCKS
+// table_grad_apply_long: the listed long runs (more than WARP_SPLIT_MIN occurrences), LONG_BLOCKS
 // blocks of LONG_WARPS warps taking the listed ids c, c + LONG_BLOCKS, ... Warp w sums the w-th
 // of LONG_WARPS contiguous parts of the run, VEC columns a lane, WARP_AHEAD occurrences in
 // flight (the warp apply's loop), a chunk of 32 VEC columns at a time; the block adds the warps' sums
@@ -400,17 +402,15 @@ static void emit_groups_sum(StrBuf *b, const ApplyKernel *k) {
 
 // table_grad_parts: block x sums part x % BLOCKS of distinct id x / BLOCKS's run into
 // part_sums[x] (every element written). A run of at most SPLIT_MIN is summed whole, in
-// occurrence order, by warp 0 of part 0 (the CPU executor's order: the same bits once the
-// zeros of the other parts and warps are added); a longer one is cut into BLOCKS contiguous
-// parts, each cut again into one contiguous share a warp, added in warp order. A lane owns VEC
-// adjacent columns (one vector load an occurrence, as the warp apply): one column a thread,
-// each walking its share one load at a time, took 0.040 ms of gem_small's step (docs/perf.md).
+// occurrence order, by part 0 (the CPU executor's order: the same bits once the zeros of the
+// other parts are added); a longer one is cut into BLOCKS contiguous parts, each cut again
+// into GROUPS summed in parallel and added in group order.
 static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
-  sb_printf(b, "  enum { DIM = %lld, VEC = %d, AHEAD = %d, WARPS = %d, CHUNK = WARP_SIZE * VEC,\n"
-               "         SPLIT_MIN = %d, BLOCKS = %d };\n"
-               "  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns\n"
+  sb_printf(b, "  enum { DIM = %lld, GCOLS = %lld, GROUPS = %d, SPLIT_MIN = %d, AHEAD = %d, "
+               "BLOCKS = %d };\n"
+               "  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];\n"
                "  const i64 *header = rows_grad;  // [U][ids][values]\n"
-               "  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x %% WARP_SIZE);\n"
+               "  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x %% GCOLS);\n"
                "  const i64 d = blockIdx.x / BLOCKS;\n"
                "  const int piece = (int)(blockIdx.x %% BLOCKS);\n"
                "  if (d >= header[0]) return;\n"
@@ -419,24 +419,15 @@ static void emit_block_parts(StrBuf *b, const ApplyKernel *k) {
                "  const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;\n"
                "  const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;\n"
                "  const int n_here = p_hi - p_lo;\n"
-               "  const int lo = p_lo + (split ? (int)((i64)n_here * warp / WARPS) : warp == 0 ? 0 : n_here);\n"
-               "  const int hi = p_lo + (split ? (int)((i64)n_here * (warp + 1) / WARPS) : n_here);\n"
+               "  const bool split_here = GROUPS > 1 && split;\n"
+               "  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);\n"
+               "  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);\n"
                "  float *out = part_sums + (i64)blockIdx.x * DIM;\n"
-               "  for (int chunk = 0; chunk < DIM; chunk += CHUNK) {\n"
-               "    const int c0 = chunk + lane * VEC;\n"
-               "    if (c0 < DIM) {\n",
-            (long long)k->dim, warp_vec(k->dim), WARP_AHEAD, PARTS_WARPS, SPLIT_MIN, k->blocks);
-  emit_values_run_sum(b, k->ir, k->n, k->npairs, "      ", "lo", "hi");
-  sb_puts(b, "#pragma unroll\n"
-             "      for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];\n"
-             "    }\n"
-             "    __syncthreads();\n"
-             "    for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {\n"
-             "      float g = 0.0f;\n"
-             "      for (int w = 0; w < WARPS; w++) g += part[w][t];\n"
-             "      out[chunk + t] = g;\n"
-             "    }\n"
-             "    __syncthreads();  // part serves the next chunk\n"
+               "  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {\n"
+               "    const int col = col0 + lane_col;\n",
+            (long long)k->dim, (long long)k->gcols, k->parts, SPLIT_MIN, APPLY_AHEAD, k->blocks);
+  emit_groups_sum(b, k);
+  sb_puts(b, "    if (group == 0 && col < DIM) out[col] = g;\n"
              "  }\n");
 }
 
@@ -657,7 +648,7 @@ static bool lower_table_grad(Lower *L, int node) {
   // 7. sum each distinct id's run, write the row, apply the optimizer.
   // A table whose rows take many occurrences each (a small one such as gem_small's 64-row
   // `acts`, about 1,500 each) cuts a run longer than SPLIT_MIN over `blocks` blocks
-  // (table_grad_parts), each splitting its part again into a share a warp, and the
+  // (table_grad_parts), each splitting its part again into GROUPS summed in parallel, and the
   // apply kernel adds an id's blocks in order (deterministic; a run of at most SPLIT_MIN is
   // summed in occurrence order as the CPU executor does, the same bits). Other tables get a
   // warp per id; a run longer than SPLIT_MIN there (a popular item of a large table) is put on
@@ -671,7 +662,7 @@ static bool lower_table_grad(Lower *L, int node) {
   // A hot table's runs, cut over `blocks` blocks each (table_grad_parts), then added per id.
   int blocks = 1;
   if (!warp) {
-    blocks = (int)(SPLIT_TARGET / rows);  // one wave: SPLIT_TARGET blocks fit the SMs at once
+    blocks = (int)((SPLIT_TARGET + rows - 1) / rows);
     if (blocks > SPLIT_BLOCKS) blocks = SPLIT_BLOCKS;
     if (blocks < 1) blocks = 1;
   }
@@ -692,7 +683,7 @@ static bool lower_table_grad(Lower *L, int node) {
     snprintf(name, sizeof name, "table_grad_parts_%s", id);
     snprintf(what, sizeof what, "each distinct id's run summed in %d parts, a block each", blocks);
     lower_comment(L, node, what);
-    kb_begin(&kb, L, node, name, sym_const(rows * blocks), 1, PARTS_WARPS * 32);
+    kb_begin(&kb, L, node, name, sym_const(rows * blocks), 1, (int)gcols * parts);
     kb_tensor_typed(&kb, "i64", "rows_grad", n->out, false);  // its header: U
     kb_scratch(&kb, "int", "sorted", sorted, false);
     kb_scratch(&kb, "int", "distinct_begin", dbegin, false);

@@ -43,9 +43,9 @@ int main(int argc, char **argv) {
   }
   int *sorted = vin;
   launch(tiles, 1024, [&] { table_grad_runs(hdr, dbeg.data(), kin, state.data(), n); });
-  // A warp per id, 8 ids a block; runs longer than 64 listed for the long kernel (1024 threads:
-  // 32 groups of 32 columns for D = 16), which sums them in 32 parts. The plan gives it 264
-  // blocks; 2 here take the same ids in turn (li += gridDim.x) at a fraction of the threads.
+  // A warp per id, 8 ids a block; runs longer than 16 (WARP_SPLIT_MIN) listed for the long
+  // kernel (32 warps), which sums them in 32 parts. The plan gives it 264 blocks; 2 here take
+  // the same ids in turn (li += gridDim.x).
   // Their count is the sort state's SORT_LONG_COUNT counter, zero before the apply.
   std::vector<int> long_runs(n + 1);
   launch(grid(n, 8), 256, [&] { table_grad_apply_tagt((float *)rows.data(), tab.data(), rowsum.data(), sorted, dbeg.data(), dy.data(), n, n, long_runs.data(), state.data()); });
@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     int hits = 0; float g[D] = {0};
     std::vector<i64> at;  // the id's occurrences, in order
     for (i64 p = 0; p < n; p++) if (ids[p] == id) { hits++; at.push_back(p); }
-    const int PARTS = hits > 64 ? 32 : 1;  // as table_grad_apply_long sums a run longer than 64
+    const int PARTS = hits > 16 ? 32 : 1;  // as table_grad_apply_long sums a run longer than 16
     for (int k = 0; k < PARTS; k++) {
       float part[D] = {0};
       for (i64 e = (i64)hits * k / PARTS; e < (i64)hits * (k + 1) / PARTS; e++)

@@ -852,7 +852,7 @@ table_grad_gather_acts(i64 *__restrict__ keys,
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(1024)
 table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     const int *__restrict__ sorted,
     const int *__restrict__ distinct_begin,
@@ -862,11 +862,10 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     i64 n1,
     float *__restrict__ part_sums) {
 #line 15 "codegen_hot_table.gem"
-  enum { DIM = 48, VEC = 1, AHEAD = 3, WARPS = 8, CHUNK = WARP_SIZE * VEC,
-         SPLIT_MIN = 64, BLOCKS = 16 };
-  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8, BLOCKS = 16 };
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   const i64 *header = rows_grad;  // [U][ids][values]
-  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
   const i64 d = blockIdx.x / BLOCKS;
   const int piece = (int)(blockIdx.x % BLOCKS);
   if (d >= header[0]) return;
@@ -875,49 +874,48 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
   const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;
   const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;
   const int n_here = p_hi - p_lo;
-  const int lo = p_lo + (split ? (int)((i64)n_here * warp / WARPS) : warp == 0 ? 0 : n_here);
-  const int hi = p_lo + (split ? (int)((i64)n_here * (warp + 1) / WARPS) : n_here);
+  const bool split_here = GROUPS > 1 && split;
+  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);
+  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);
   float *out = part_sums + (i64)blockIdx.x * DIM;
-  for (int chunk = 0; chunk < DIM; chunk += CHUNK) {
-    const int c0 = chunk + lane * VEC;
-    if (c0 < DIM) {
-      // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
-      auto values = [&](i64 occ, float *v) {
-        if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
-        occ -= n0;
-        if (occ < n1) return load_f32_n<VEC>(dy1, occ * DIM + c0, v);
-        occ -= n1;
-        for (int j = 0; j < VEC; j++) v[j] = 0.0f;
-      };
-      float g[VEC] = {};
-      for (int e = lo; e < hi; e += AHEAD) {
-        const int here = hi - e < AHEAD ? hi - e : AHEAD;
+  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+    const int col = col0 + lane_col;
+    // The occurrence's gradient value in column col: its lookup's dy row.
+    auto value = [&](i64 occ) -> float {
+      if (occ < n0) return load_f32(dy0, occ * DIM + col);
+      occ -= n0;
+      if (occ < n1) return load_f32(dy1, occ * DIM + col);
+      occ -= n1;
+      return 0.0f;
+    };
+    float g = 0.0f;
+    if (col < DIM) {
+      int e = lo;
+      for (; e + AHEAD <= hi; e += AHEAD) {
         int at[AHEAD];
-        float v[AHEAD][VEC];
+        float v[AHEAD];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
+        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++)
-          if (u < here) values(at[u], v[u]);
+        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++)
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            if (u < here) g[j] += v[u][j];
+        for (int u = 0; u < AHEAD; u++) g += v[u];
       }
-#pragma unroll
-      for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
+      for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    __syncthreads();
-    for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {
-      float g = 0.0f;
-      for (int w = 0; w < WARPS; w++) g += part[w][t];
-      out[chunk + t] = g;
+    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
+      part[group * GCOLS + lane_col] = g;
+      __syncthreads();
+      if (group == 0) {
+        g = 0.0f;
+        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+      }
+      __syncthreads();
     }
-    __syncthreads();  // part serves the next chunk
+    if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 921 "model.cu"
+#line 919 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -960,7 +958,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 964 "model.cu"
+#line 962 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -974,11 +972,11 @@ table_grad_gather_kind(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 978 "model.cu"
+#line 976 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(1024)
 table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     const int *__restrict__ sorted,
     const int *__restrict__ distinct_begin,
@@ -986,11 +984,10 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     i64 n0,
     float *__restrict__ part_sums) {
 #line 16 "codegen_hot_table.gem"
-  enum { DIM = 48, VEC = 1, AHEAD = 3, WARPS = 8, CHUNK = WARP_SIZE * VEC,
-         SPLIT_MIN = 64, BLOCKS = 16 };
-  __shared__ float part[WARPS][CHUNK];  // the warps' sums of one chunk of columns
+  enum { DIM = 48, GCOLS = 64, GROUPS = 16, SPLIT_MIN = 64, AHEAD = 8, BLOCKS = 16 };
+  __shared__ float part[GROUPS > 1 ? GROUPS * GCOLS : 1];
   const i64 *header = rows_grad;  // [U][ids][values]
-  const int warp = (int)(threadIdx.x / WARP_SIZE), lane = (int)(threadIdx.x % WARP_SIZE);
+  const int group = (int)(threadIdx.x / GCOLS), lane_col = (int)(threadIdx.x % GCOLS);
   const i64 d = blockIdx.x / BLOCKS;
   const int piece = (int)(blockIdx.x % BLOCKS);
   if (d >= header[0]) return;
@@ -999,47 +996,46 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
   const int p_lo = split ? (int)((i64)count * piece / BLOCKS) : piece == 0 ? 0 : count;
   const int p_hi = split ? (int)((i64)count * (piece + 1) / BLOCKS) : count;
   const int n_here = p_hi - p_lo;
-  const int lo = p_lo + (split ? (int)((i64)n_here * warp / WARPS) : warp == 0 ? 0 : n_here);
-  const int hi = p_lo + (split ? (int)((i64)n_here * (warp + 1) / WARPS) : n_here);
+  const bool split_here = GROUPS > 1 && split;
+  const int lo = p_lo + (split_here ? (int)((i64)n_here * group / GROUPS) : group == 0 ? 0 : n_here);
+  const int hi = p_lo + (split_here ? (int)((i64)n_here * (group + 1) / GROUPS) : n_here);
   float *out = part_sums + (i64)blockIdx.x * DIM;
-  for (int chunk = 0; chunk < DIM; chunk += CHUNK) {
-    const int c0 = chunk + lane * VEC;
-    if (c0 < DIM) {
-      // The occurrence's gradient in columns c0 .. c0 + VEC - 1: its lookup's dy row.
-      auto values = [&](i64 occ, float *v) {
-        if (occ < n0) return load_f32_n<VEC>(dy0, occ * DIM + c0, v);
-        occ -= n0;
-        for (int j = 0; j < VEC; j++) v[j] = 0.0f;
-      };
-      float g[VEC] = {};
-      for (int e = lo; e < hi; e += AHEAD) {
-        const int here = hi - e < AHEAD ? hi - e : AHEAD;
+  for (int col0 = 0; col0 < DIM; col0 += GCOLS) {
+    const int col = col0 + lane_col;
+    // The occurrence's gradient value in column col: its lookup's dy row.
+    auto value = [&](i64 occ) -> float {
+      if (occ < n0) return load_f32(dy0, occ * DIM + col);
+      occ -= n0;
+      return 0.0f;
+    };
+    float g = 0.0f;
+    if (col < DIM) {
+      int e = lo;
+      for (; e + AHEAD <= hi; e += AHEAD) {
         int at[AHEAD];
-        float v[AHEAD][VEC];
+        float v[AHEAD];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++) at[u] = u < here ? sorted[begin + e + u] : 0;
+        for (int u = 0; u < AHEAD; u++) at[u] = sorted[begin + e + u];
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++)
-          if (u < here) values(at[u], v[u]);
+        for (int u = 0; u < AHEAD; u++) v[u] = value(at[u]);
 #pragma unroll
-        for (int u = 0; u < AHEAD; u++)
-#pragma unroll
-          for (int j = 0; j < VEC; j++)
-            if (u < here) g[j] += v[u][j];
+        for (int u = 0; u < AHEAD; u++) g += v[u];
       }
-#pragma unroll
-      for (int j = 0; j < VEC; j++) part[warp][lane * VEC + j] = g[j];
+      for (; e < hi; e++) g += value(sorted[begin + e]);
     }
-    __syncthreads();
-    for (int t = threadIdx.x; t < CHUNK && chunk + t < DIM; t += blockDim.x) {
-      float g = 0.0f;
-      for (int w = 0; w < WARPS; w++) g += part[w][t];
-      out[chunk + t] = g;
+    if (GROUPS > 1) {  // the groups' sums, added in group order by group 0
+      part[group * GCOLS + lane_col] = g;
+      __syncthreads();
+      if (group == 0) {
+        g = 0.0f;
+        for (int p = 0; p < GROUPS; p++) g += part[p * GCOLS + lane_col];
+      }
+      __syncthreads();
     }
-    __syncthreads();  // part serves the next chunk
+    if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 1043 "model.cu"
+#line 1039 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1074,7 +1070,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 1078 "model.cu"
+#line 1074 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1094,7 +1090,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     int *__restrict__ sort_state) {
 #line 17 "codegen_hot_table.gem"
-  enum { DIM = 48, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+  enum { DIM = 48, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 16,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
@@ -1162,7 +1158,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1166 "model.cu"
+#line 1162 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1238,7 +1234,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1242 "model.cu"
+#line 1238 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1293,4 +1289,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1297 "model.cu"
+#line 1293 "model.cu"

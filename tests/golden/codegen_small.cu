@@ -1296,7 +1296,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     int *__restrict__ sort_state) {
 #line 13 "codegen_small.gem"
-  enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+  enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 16,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
@@ -1476,7 +1476,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     int *__restrict__ sort_state) {
 #line 14 "codegen_small.gem"
-  enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+  enum { DIM = 16, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 16,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;

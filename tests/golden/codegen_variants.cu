@@ -1079,7 +1079,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     int *__restrict__ sort_state) {
 #line 13 "codegen_variants.gem"
-  enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+  enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 16,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
@@ -1231,7 +1231,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     int *__restrict__ long_runs,
     int *__restrict__ sort_state) {
 #line 14 "codegen_variants.gem"
-  enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 64,
+  enum { DIM = 8, IDS = 8, AHEAD = 3, VEC = 1, SPLIT_MIN = 16,
          CHUNKS = (DIM + WARP_SIZE * VEC - 1) / (WARP_SIZE * VEC) };
   i64 *header = (i64 *)rows_grad;  // [U][ids[max_distinct]][values]
   i64 d = (i64)blockIdx.x * IDS + threadIdx.x / WARP_SIZE;
