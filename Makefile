@@ -192,12 +192,14 @@ test-models: $(BUILD)/gemc
 # Every model's generated CUDA compiles with NVRTC for sm_90a and sm_100a (skipped, saying
 # so, when libnvrtc cannot be loaded), and the table-gradient kernels run on the CPU
 # (tests/codegen/cuda_on_cpu.h) give the CPU executor's bits, and a whole training step of the
-# codegen golden models' plans, run on the CPU, matches the CPU executor (plan_emu).
+# codegen golden models' plans, run on the CPU, matches the CPU executor (plan_emu), and
+# @schedule(recompute = true) changes the memory plan, never the numbers (recompute_check).
 test-codegen: $(BUILD)/gemc
 	@tests/codegen/nvrtc_check.sh $(BUILD)/gemc
 	@tests/codegen/cuda_on_cpu_check.sh
 	@tests/codegen/table_grad_emu.sh $(BUILD)/gemc
 	@JOBS=$(JOBS) tests/codegen/plan_emu_all.sh $(BUILD)/gemc
+	@tests/codegen/recompute_check.sh $(BUILD)/gemc
 	@tests/limits/run.sh $(BUILD)/gemc
 
 # Distributed training with real processes: 1, 2 and 4 CPU ranks through OpenMPI's mpirun

@@ -160,6 +160,8 @@ typedef struct Schedule {
   int zigzag;        // 0 unset, 1 on, 2 off
   int gelu_taylor;   // 0 unset, 1 taylor, 2 exact
   int deterministic; // 0 unset, 1 true, 2 false (attention: dQ by float atomics)
+  int recompute;     // 0 unset, 1 true, 2 false: the backward recomputes the node's output
+                     // instead of keeping it (compiler/passes/recompute.c)
 } Schedule;
 
 // IR_MAX_INPUTS bounds every node (table_grad takes a table and up to 15 (ids, dy) pairs);

@@ -517,10 +517,12 @@ enum {
   HINT_ZIGZAG,
   HINT_GELU,
   HINT_DETERMINISTIC,
+  HINT_RECOMPUTE,
   HINT_END
 };
 static const char *const hint_names[] = {"tile_q", "tile_kv", "tile_m", "tile_n", "tile_k",
-                                         "stages", "zigzag",  "gelu",   "deterministic"};
+                                         "stages", "zigzag",  "gelu",   "deterministic",
+                                         "recompute"};
 
 // The value of one node attribute or schedule hint.
 static bool attr_value(Reader *r, Node *n, int a) {
@@ -580,6 +582,7 @@ static bool attr_value(Reader *r, Node *n, int a) {
   case HINT_STAGES: return small_int(r, &n->sched.stages);
   case HINT_ZIGZAG: return switch_value(r, &n->sched.zigzag, "on", "off");
   case HINT_DETERMINISTIC: return switch_value(r, &n->sched.deterministic, "true", "false");
+  case HINT_RECOMPUTE: return switch_value(r, &n->sched.recompute, "true", "false");
   default: return switch_value(r, &n->sched.gelu_taylor, "taylor", "exact");
   }
 }

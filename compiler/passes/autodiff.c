@@ -3,7 +3,8 @@
 // output has a gradient, lets autodiff_rules.c append the nodes that compute the gradients of
 // its inputs. Contributions to one tensor are summed with `add` nodes in use order, just
 // before the tensor's own producer is differentiated; every lookup of a table goes into one
-// table_grad node. Last come the table and parameter gradients and their `grad` records.
+// table_grad node. Last come the table and parameter gradients and their `grad` records, and
+// then the copies of the regions marked for recomputation (recompute.c).
 #include "autodiff.h"
 
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "autodiff_internal.h"
 #include "checked.h"
 #include "internal_error.h"
+#include "recompute.h"
 
 static bool is_weight(const Tensor *t) {
   return t->kind == TENSOR_PARAM || t->kind == TENSOR_TABLE;
@@ -280,6 +282,8 @@ bool autodiff(Ir *ir, Diag *d) {
     }
   }
   ad_free(&a);
+  // @schedule(recompute = true): the backward reads recomputed copies of those regions.
+  recompute_regions(ir);
 
   // A broken backward graph is gemc's bug: exit 3 with the verifier's reason.
   char err[1024];

@@ -142,7 +142,7 @@ static inline const Tensor *sema_tensor(const Sema *S, int i) { return &S->ir->t
 // Schedule hints, by their bit in OpSpec.hints.
 typedef enum Hint {
   HINT_TILE_Q, HINT_TILE_KV, HINT_TILE_M, HINT_TILE_N, HINT_TILE_K, HINT_STAGES,
-  HINT_ZIGZAG, HINT_GELU, HINT_DETERMINISTIC, HINT_COUNT
+  HINT_ZIGZAG, HINT_GELU, HINT_DETERMINISTIC, HINT_RECOMPUTE, HINT_COUNT
 } Hint;
 #define HINTS_ATTENTION ((1u << HINT_TILE_Q) | (1u << HINT_TILE_KV) | (1u << HINT_TILE_M) | \
                          (1u << HINT_STAGES) | (1u << HINT_ZIGZAG) | (1u << HINT_GELU) |   \
@@ -150,6 +150,8 @@ typedef enum Hint {
 #define HINTS_MATMUL ((1u << HINT_TILE_M) | (1u << HINT_TILE_N) | (1u << HINT_TILE_K) | \
                       (1u << HINT_STAGES))
 #define HINTS_GELU (1u << HINT_GELU)
+// recompute: every op but the lookups and the loss (compiler/passes/recompute.c)
+#define HINTS_RECOMPUTE (1u << HINT_RECOMPUTE)
 // The hints codegen does not read yet on the matmul ops (linear, mlp, dot_interact): checked
 // and kept in the IR, but they change no generated code, so each draws a warning. On gdpa and
 // pma every hint acts or is refused (sema_check_attention_schedule); gelu always acts.

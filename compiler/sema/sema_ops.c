@@ -23,28 +23,34 @@ static const OpSpec op_specs[] = {
     {"embed", SOP_EMBED, "embed(t, s, pool = sum|mean)", {"t", "s", "pool"}, 2, 2, 0, 0,
      false, 0, lower_embed},
     {"linear", SOP_LINEAR, "linear(x, n, bias = true)", {"x", "n", "bias"}, 2, 2, 0, 0, true,
-     HINTS_MATMUL, lower_linear},
+     HINTS_MATMUL | HINTS_RECOMPUTE, lower_linear},
     {"mlp", SOP_MLP, "mlp(x, [n1, ..., nk], act = relu)", {"x", "sizes", "act"}, 2, 2, 0, 0,
-     true, HINTS_MATMUL | HINTS_GELU, lower_mlp},
-    {"rmsnorm", SOP_RMSNORM, "rmsnorm(x, eps = 1e-6)", {"x", "eps"}, 1, 1, 0, 0, false, 0,
-     lower_norm},
+     true, HINTS_MATMUL | HINTS_GELU | HINTS_RECOMPUTE, lower_mlp},
+    {"rmsnorm", SOP_RMSNORM, "rmsnorm(x, eps = 1e-6)", {"x", "eps"}, 1, 1, 0, 0, false,
+     HINTS_RECOMPUTE, lower_norm},
     {"layernorm", SOP_LAYERNORM, "layernorm(x, eps = 1e-5)", {"x", "eps"}, 1, 1, 0, 0, false,
-     0, lower_norm},
-    {"silu", SOP_SILU, "silu(x)", {"x"}, 1, 1, 0, 0, false, 0, lower_act},
-    {"gelu", SOP_GELU, "gelu(x)", {"x"}, 1, 1, 0, 0, false, HINTS_GELU, lower_act},
-    {"gelu_taylor", SOP_GELU_TAYLOR, "gelu_taylor(x)", {"x"}, 1, 1, 0, 0, false, 0, lower_act},
-    {"relu", SOP_RELU, "relu(x)", {"x"}, 1, 1, 0, 0, false, 0, lower_act},
-    {"sigmoid", SOP_SIGMOID, "sigmoid(x)", {"x"}, 1, 1, 0, 0, false, 0, lower_act},
-    {"concat", SOP_CONCAT, "concat(x1, ..., xn)", {NULL}, 0, 0, 2, 16, false, 0, lower_concat},
-    {"stack", SOP_STACK, "stack(x1, ..., xn)", {NULL}, 0, 0, 1, 16, false, 0, lower_stack},
-    {"flatten", SOP_FLATTEN, "flatten(x)", {"x"}, 1, 1, 0, 0, false, 0, lower_flatten},
+     HINTS_RECOMPUTE, lower_norm},
+    {"silu", SOP_SILU, "silu(x)", {"x"}, 1, 1, 0, 0, false, HINTS_RECOMPUTE, lower_act},
+    {"gelu", SOP_GELU, "gelu(x)", {"x"}, 1, 1, 0, 0, false, HINTS_GELU | HINTS_RECOMPUTE,
+     lower_act},
+    {"gelu_taylor", SOP_GELU_TAYLOR, "gelu_taylor(x)", {"x"}, 1, 1, 0, 0, false,
+     HINTS_RECOMPUTE, lower_act},
+    {"relu", SOP_RELU, "relu(x)", {"x"}, 1, 1, 0, 0, false, HINTS_RECOMPUTE, lower_act},
+    {"sigmoid", SOP_SIGMOID, "sigmoid(x)", {"x"}, 1, 1, 0, 0, false, HINTS_RECOMPUTE,
+     lower_act},
+    {"concat", SOP_CONCAT, "concat(x1, ..., xn)", {NULL}, 0, 0, 2, 16, false, HINTS_RECOMPUTE,
+     lower_concat},
+    {"stack", SOP_STACK, "stack(x1, ..., xn)", {NULL}, 0, 0, 1, 16, false, HINTS_RECOMPUTE,
+     lower_stack},
+    {"flatten", SOP_FLATTEN, "flatten(x)", {"x"}, 1, 1, 0, 0, false, HINTS_RECOMPUTE,
+     lower_flatten},
     {"dot_interact", SOP_DOT_INTERACT, "dot_interact(x1, ..., xn)", {NULL}, 0, 0, 2, 16, true,
-     HINTS_MATMUL, lower_dot_interact},
+     HINTS_MATMUL | HINTS_RECOMPUTE, lower_dot_interact},
     {"gdpa", SOP_GDPA, "gdpa(x, ...) or gdpa(q = ..., kv = ..., ...)",
      {"x", "q", "kv", "heads", "act", "mask", "window", "scale", "hstu_norm"}, 1, 0, 0, 0, true,
-     HINTS_ATTENTION, sema_lower_gdpa},
+     HINTS_ATTENTION | HINTS_RECOMPUTE, sema_lower_gdpa},
     {"pma", SOP_PMA, "pma(x, seeds = k, ...)", {"x", "seeds", "heads", "act", "scale",
-     "hstu_norm"}, 1, 1, 0, 0, true, HINTS_ATTENTION, sema_lower_pma},
+     "hstu_norm"}, 1, 1, 0, 0, true, HINTS_ATTENTION | HINTS_RECOMPUTE, sema_lower_pma},
     {"bce", SOP_BCE, "bce(logit, label, name = \"...\")", {"logit", "label", "name"}, 2, 2, 0, 0,
      false, 0, sema_lower_bce},
 };
@@ -343,7 +349,13 @@ static int lower_call(Sema *S, const Expr *e, const char *out) {
     return -1;
   }
   sema_apply_annotations(S, &c, annots, nannots);
-  return spec->lower(S, &c);
+  int first = S->ir->nnodes;
+  int out_t = spec->lower(S, &c);
+  // @schedule(recompute = ...): every node of the call, its nested argument calls included
+  // (they are lowered inside it), is recomputed in the backward (compiler/passes/recompute.c).
+  for (int i = first; c.sched.recompute && i < S->ir->nnodes; i++)
+    S->ir->nodes[i].sched.recompute = c.sched.recompute;
+  return out_t;
 }
 
 static SemaOp binary_op(char op) { return op == '+' ? SOP_ADD : op == '-' ? SOP_SUB : SOP_MUL; }

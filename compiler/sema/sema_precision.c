@@ -41,7 +41,7 @@ void sema_note_mxfp8(Sema *S, Loc loc) {
 
 static const char *const hint_names[HINT_COUNT] = {
     "tile_q", "tile_kv", "tile_m", "tile_n", "tile_k", "stages", "zigzag", "gelu",
-    "deterministic"};
+    "deterministic", "recompute"};
 
 const char *sema_hint_name(Hint h) { return hint_names[h]; }
 
@@ -57,6 +57,7 @@ static const char *hint_ops(Hint h) {
   case HINT_TILE_K: return "linear, mlp and dot_interact";
   case HINT_STAGES: return "linear, mlp, dot_interact, gdpa and pma";
   case HINT_GELU: return "ops whose activation is gelu";
+  case HINT_RECOMPUTE: return "every op but embed and bce";
   case HINT_COUNT: break;
   }
   return "?";
@@ -65,7 +66,7 @@ static const char *hint_ops(Hint h) {
 // Reads one hint's value into c->sched; false after reporting.
 static bool read_hint(Sema *S, Call *c, Hint h, const Expr *v) {
   const char *name = hint_names[h];
-  if (h == HINT_ZIGZAG || h == HINT_GELU || h == HINT_DETERMINISTIC) {
+  if (h == HINT_ZIGZAG || h == HINT_GELU || h == HINT_DETERMINISTIC || h == HINT_RECOMPUTE) {
     // The two names each takes, a (1 in c->sched) and b (2); messages list the default first.
     const char *a = h == HINT_ZIGZAG ? "on" : h == HINT_GELU ? "taylor" : "true";
     const char *b = h == HINT_ZIGZAG ? "off" : h == HINT_GELU ? "exact" : "false";
@@ -80,6 +81,7 @@ static bool read_hint(Sema *S, Call *c, Hint h, const Expr *v) {
     }
     if (h == HINT_ZIGZAG) c->sched.zigzag = which;
     else if (h == HINT_GELU) c->sched.gelu_taylor = which;
+    else if (h == HINT_RECOMPUTE) c->sched.recompute = which;
     else c->sched.deterministic = which;
     return true;
   }

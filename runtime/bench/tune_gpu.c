@@ -537,6 +537,18 @@ TuneStatus tune_model(const Ir *ir, const TuneOptions *o, Schedule *sched, int *
     }
   }
   if (nattn == 0 && o->table) fprintf(o->table, "no attention nodes: nothing to tune\n");
+  // A recomputed attention (a copy in the backward, compiler/passes/recompute.c) runs the
+  // schedule of the forward node it copies, which has its source position.
+  for (int i = ir->nforward; i < ir->nnodes; i++) {
+    const Node *n = &ir->nodes[i];
+    for (int j = 0; n->op == OP_ATTENTION && j < ir->nforward; j++)
+      if (ir->nodes[j].op == OP_ATTENTION && ir->nodes[j].loc.first_line == n->loc.first_line &&
+          ir->nodes[j].loc.first_column == n->loc.first_column) {
+        sched[i] = sched[j];
+        sched[i].recompute = 0;
+        break;
+      }
+  }
   free(run.seen);
   return status;
 }

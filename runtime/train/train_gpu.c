@@ -194,6 +194,13 @@ GpuSession *gpu_session_open(const Ir *ir, CpuExec *init, const GpuSessionOption
   if (CU_CHECK(cuda_driver()->cuMemGetInfo(&free_bytes, &total_bytes)) &&
       !plan_check_fit(&s->plan, s->device, (int64_t)free_bytes, err, err_size))
     goto bad;
+  if (o->log) {  // what @schedule(recompute = true) trades: the step's memory at its batch
+    MemplanStats ms = memplan_stats(&s->plan);
+    fprintf(o->log, "  memory   %.2f GiB planned at batch %lld, %.2f GiB of it persistent "
+            "(parameters, tables, gradients, optimizer state); %.1f GiB free\n",
+            (double)ms.planned_bytes / (1u << 30), (long long)ir->batch,
+            (double)ms.persistent_bytes / (1u << 30), (double)free_bytes / (1u << 30));
+  }
   if (o->artifact ? !from_artifact(s, o, ir, o->log, err, err_size)
                   : !jit_kernels(s, o->log, err, err_size))
     goto bad;

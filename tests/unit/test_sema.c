@@ -907,7 +907,7 @@ static void test_sema_schedule_unknown_hint(void **state) {
       "  loss bce(y, click);\n"
       "}\n",
       13, 30, "unknown schedule hint 'tile_x'; expected tile_q, tile_kv, tile_m, tile_n, "
-      "tile_k, stages, zigzag, gelu or deterministic",
+      "tile_k, stages, zigzag, gelu, deterministic or recompute",
       13, 30, "did you mean 'tile_q'?");
 }
 
