@@ -137,8 +137,11 @@ void memplan_build(Plan *p) {
     }
     if (l->kind == LAUNCH_ZERO) note_arg(&l->zero_arg, li, first_t, last_t, first_s, last_s);
   }
-  // The loss is read after the step.
+  // The loss is read after the step, and every bce's logits after the forward launches
+  // (gpu_exec.c, queue_readback): neither buffer may pass to a later tensor before that.
   if (ir->loss >= 0) last_t[ir->loss] = nl;
+  for (int i = 0; i < ir->nforward; i++)
+    if (ir->nodes[i].op == OP_BCE && last_t[ir->nodes[i].ins[0]] >= 0) last_t[ir->nodes[i].ins[0]] = nl;
 
   Builder b = {p, NULL, 0, 0, NULL};
   p->tensor_buffer = arena_alloc(p->arena, (size_t)(nt + 1) * sizeof *p->tensor_buffer);

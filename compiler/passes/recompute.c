@@ -42,6 +42,9 @@ static int recompute_region(Ir *ir, int lo, int hi) {
   int nt = ir->ntensors;
   bool *inside = xcalloc((size_t)nt, sizeof *inside), *need = xcalloc((size_t)nt, sizeof *need);
   for (int i = lo; i <= hi; i++) inside[ir->nodes[i].out] = true;
+  // A loss's logits stay: the runtime reads them after the forward pass anyway.
+  for (int i = 0; i < ir->nforward; i++)
+    if (ir->nodes[i].op == OP_BCE) inside[ir->nodes[i].ins[0]] = false;
   int first = -1;  // the first backward node that reads a value of the region
   for (int i = ir->nforward; i < ir->nnodes; i++)
     for (int k = 0; k < ir->nodes[i].nins; k++)
