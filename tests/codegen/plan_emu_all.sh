@@ -19,6 +19,7 @@ tests/golden/codegen_small.gem 2e-2
 tests/codegen/attention_mx_head16.gem 1e-3
 tests/codegen/pma_chunks.gem 1e-3
 tests/codegen/recompute.gem 1e-4
+tests/codegen/recompute_lookups.gem 1e-4
 defer:models/gem_tiny.gem 1e-4'
 echo "$cases" | awk '{ print NR, $1, $2 }' |
   xargs -P "$jobs" -n 3 sh -c 'case "$2" in defer:*) export GEMC_TEST_DEFER_TABLES=1 ;; esac

@@ -1,8 +1,8 @@
 #!/bin/sh
 # tests/codegen/recompute_check.sh GEMC: @schedule(recompute = true) changes memory, never
-# results. (1) tests/codegen/recompute.gem trains 20 CPU steps to the very same learning curve
-# and held-out metrics, bit for bit, as its copy without the hints (the recomputed copies are
-# the same ops on the same inputs). (2) Its IR has the copies, and no backward node reads a
+# results. (1) tests/codegen/recompute.gem and recompute_lookups.gem each train 20 CPU steps to
+# the very same learning curve and held-out metrics, bit for bit, as their copies without the
+# hints (the recomputed copies are the same ops on the same inputs). (2) Its IR has the copies, and no backward node reads a
 # value of a marked region that is not a copy. (3) hstu_recompute plans at most 60% of hstu's
 # memory at the largest batch.
 set -u
@@ -11,20 +11,22 @@ gemc=${1:-build/gemc}
 tmp=$(mktemp -d) || exit 2
 trap 'rm -rf "$tmp"' EXIT INT TERM
 fail=0
-sed 's/ @schedule(recompute = true)//' tests/codegen/recompute.gem >"$tmp/plain.gem"
-for m in tests/codegen/recompute.gem "$tmp/plain.gem"; do
-  n=$(basename "$m" .gem)
-  "$gemc" train "$m" --backend cpu --steps 20 --seed 3 --eval-every 5 --report "$tmp/$n.json" \
-    >"$tmp/$n.log" 2>&1 || { echo "FAIL recompute: training $m"; cat "$tmp/$n.log"; exit 1; }
-done
 # The curves and the final metrics: the report less what names the file or times the run.
 strip() { sed -n '/"curve"/,$p' "$1" | grep -v -E '"(seconds|wall|ms|examples_per|source|model)'; }
-strip "$tmp/recompute.json" >"$tmp/a" && strip "$tmp/plain.json" >"$tmp/b"
-if [ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b"; then
-  echo "PASS recompute: the same curve and metrics, bit for bit, with and without the hints"
-else
-  echo "FAIL recompute: the curves differ"; diff "$tmp/a" "$tmp/b" | head -20; fail=1
-fi
+for model in tests/codegen/recompute.gem tests/codegen/recompute_lookups.gem; do
+  sed 's/ @schedule(recompute = true)//' "$model" >"$tmp/plain.gem"
+  for m in "$model" "$tmp/plain.gem"; do
+    n=$(basename "$m" .gem)
+    "$gemc" train "$m" --backend cpu --steps 20 --seed 3 --eval-every 5 --report "$tmp/$n.json" \
+      >"$tmp/$n.log" 2>&1 || { echo "FAIL recompute: training $m"; cat "$tmp/$n.log"; exit 1; }
+  done
+  strip "$tmp/$(basename "$model" .gem).json" >"$tmp/a" && strip "$tmp/plain.json" >"$tmp/b"
+  if [ -s "$tmp/a" ] && cmp -s "$tmp/a" "$tmp/b"; then
+    echo "PASS recompute: $model: the same curve and metrics, bit for bit, with and without the hints"
+  else
+    echo "FAIL recompute: $model: the curves differ"; diff "$tmp/a" "$tmp/b" | head -20; fail=1
+  fi
+done
 "$gemc" ir tests/codegen/recompute.gem --grad >"$tmp/ir.txt" 2>/dev/null || exit 1
 copies=$(grep -c '^%[^ ]*\.re : ' "$tmp/ir.txt")
 # A backward line (after the first `_bwd` or `.grad` definition) reading a marked value itself.
