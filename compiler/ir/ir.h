@@ -161,7 +161,9 @@ typedef struct Schedule {
   int gelu_taylor;   // 0 unset, 1 taylor, 2 exact
   int deterministic; // 0 unset, 1 true, 2 false (attention: dQ by float atomics)
   int recompute;     // 0 unset, 1 true, 2 false: the backward recomputes the node's output
-                     // instead of keeping it (compiler/passes/recompute.c)
+                     // instead of keeping it (compiler/passes/recompute.c); 3: such a copy
+                     // (a backward node; "recompute=copy" in the text); 4: the result of a
+                     // call marked true, kept as its checkpoint ("recompute=keep")
 } Schedule;
 
 // IR_MAX_INPUTS bounds every node (table_grad takes a table and up to 15 (ids, dy) pairs);

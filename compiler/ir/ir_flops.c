@@ -69,7 +69,7 @@ double ir_attention_flops(const Ir *ir, const Node *n, int64_t B, const int64_t 
 
 int ir_attention_forward_of(const Ir *ir, int node) {
   const Node *n = &ir->nodes[node];
-  for (int f = 0; f < ir->nforward; f++) {
+  for (int f = 0; f < ir->nnodes; f++) {  // a recomputed copy (after nforward) counts too
     const Node *fw = &ir->nodes[f];
     if (fw->op == OP_ATTENTION && fw->ins[0] == n->ins[0] && fw->ins[1] == n->ins[1]) return f;
   }

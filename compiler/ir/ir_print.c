@@ -250,7 +250,9 @@ static void put_schedule(Attrs *a, const Schedule *s) {
   if (s->zigzag) put_switch(a, "zigzag", s->zigzag, "on", "off");
   if (s->gelu_taylor) put_switch(a, "gelu", s->gelu_taylor, "taylor", "exact");
   if (s->deterministic) put_switch(a, "deterministic", s->deterministic, "true", "false");
-  if (s->recompute) put_switch(a, "recompute", s->recompute, "true", "false");
+  if (s->recompute == 3) put(next_attr(a), "recompute=copy");
+  else if (s->recompute == 4) put(next_attr(a), "recompute=keep");
+  else if (s->recompute) put_switch(a, "recompute", s->recompute, "true", "false");
 }
 
 // " {act=none, prec=fp32, tile_m=64}", or nothing when the op has no attributes and no

@@ -6,11 +6,10 @@
 
 #include "ir.h"
 
-// Each run of consecutive forward nodes marked recompute = true is a region. The forward
-// values of a region that backward nodes read are recomputed instead of kept: the region's
-// nodes that compute them are copied (in forward order, from the region's inputs) just before
-// the first backward node that reads one, and every backward read goes to the copies. Returns
-// the number of nodes copied.
+// The forward values of nodes marked recompute = true that backward nodes read are recomputed
+// instead of kept: the marked nodes that compute them are copied (from their unmarked inputs;
+// sched.recompute = 3 marks a copy), each just before the first backward node that reads it or
+// a copy made from it, and every backward read goes to the copies. Returns the nodes copied.
 int recompute_regions(Ir *ir);
 
 #endif

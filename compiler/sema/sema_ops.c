@@ -352,9 +352,16 @@ static int lower_call(Sema *S, const Expr *e, const char *out) {
   int first = S->ir->nnodes;
   int out_t = spec->lower(S, &c);
   // @schedule(recompute = ...): every node of the call, its nested argument calls included
-  // (they are lowered inside it), is recomputed in the backward (compiler/passes/recompute.c).
+  // (they are lowered inside it), is recomputed in the backward (compiler/passes/recompute.c),
+  // but a nested call's own hint, true or false, wins.
+  // The call's result itself is kept (4), the checkpoint from which the next marked call
+  // recomputes: without it, a stack of marked layers would be recomputed whole at once.
   for (int i = first; c.sched.recompute && i < S->ir->nnodes; i++)
-    S->ir->nodes[i].sched.recompute = c.sched.recompute;
+    if (!S->ir->nodes[i].sched.recompute) S->ir->nodes[i].sched.recompute = c.sched.recompute;
+  if (c.sched.recompute == 1 && out_t >= 0) {
+    int p = S->ir->tensors[out_t].producer;
+    if (p >= first && S->ir->nodes[p].sched.recompute == 1) S->ir->nodes[p].sched.recompute = 4;
+  }
   return out_t;
 }
 

@@ -9,7 +9,10 @@ double step_flops(const Ir *ir, const Batch *b, bool backward) {
   const int64_t *const *offsets = (const int64_t *const *)b->offsets;
   double total = 0;
   int end = backward ? ir->nnodes : ir->nforward;
-  for (int i = 0; i < end; i++) total += ir_node_flops(ir, i, b->B, offsets);
+  // A recomputed copy (compiler/passes/recompute.c) is work the model would not need: not
+  // useful FLOPs (the profile's per-launch counts, launch_cost.c, do count it).
+  for (int i = 0; i < end; i++)
+    if (ir->nodes[i].sched.recompute != 3) total += ir_node_flops(ir, i, b->B, offsets);
   return total;
 }
 
