@@ -4,7 +4,7 @@
 # the very same learning curve and held-out metrics, bit for bit, as their copies without the
 # hints (the recomputed copies are the same ops on the same inputs). (2) Its IR has the copies, and no backward node reads a
 # value of a marked region that is not a copy. (3) hstu_recompute plans at most 60% of hstu's
-# memory at the largest batch.
+# memory at the largest batch, and so does recompute_stack.gem (layers with no residual add).
 set -u
 cd "$(dirname "$0")/../.." || exit 2
 gemc=${1:-build/gemc}
@@ -47,5 +47,13 @@ if [ -n "$plain" ] && [ -n "$re" ] && [ $((re * 10)) -le $((plain * 6)) ]; then
   echo "PASS recompute: hstu plans $plain bytes, hstu_recompute $re"
 else
   echo "FAIL recompute: hstu plans ${plain:-?} bytes, hstu_recompute ${re:-?}"; fail=1
+fi
+sed 's/ @schedule(recompute = true)//' tests/codegen/recompute_stack.gem >"$tmp/stack_plain.gem"
+plain=$("$gemc" emit "$tmp/stack_plain.gem" --stats 2>&1 >/dev/null | sed -n 's/.*planned \([0-9]*\) bytes.*/\1/p')
+re=$("$gemc" emit tests/codegen/recompute_stack.gem --stats 2>&1 >/dev/null | sed -n 's/.*planned \([0-9]*\) bytes.*/\1/p')
+if [ -n "$plain" ] && [ -n "$re" ] && [ $((re * 10)) -le $((plain * 6)) ]; then
+  echo "PASS recompute: six stacked layers without residual adds plan $plain bytes, recomputed $re"
+else
+  echo "FAIL recompute: stacked layers plan ${plain:-?} bytes, recomputed ${re:-?}"; fail=1
 fi
 exit $fail
