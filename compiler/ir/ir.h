@@ -3,7 +3,7 @@
 // location, activation, mask and precision. One IR is printed as stable text, read back, and
 // verified after every pass.
 // defines: Ir, Tensor, Node, JaggedDim, DType, Layout, Act, Mask, AttnShape, Schedule, Optim,
-//          NodeAttr, IrGrad
+//          Recompute, NodeAttr, IrGrad
 #ifndef GEMC_IR_H
 #define GEMC_IR_H
 
@@ -160,11 +160,16 @@ typedef struct Schedule {
   int zigzag;        // 0 unset, 1 on, 2 off
   int gelu_taylor;   // 0 unset, 1 taylor, 2 exact
   int deterministic; // 0 unset, 1 true, 2 false (attention: dQ by float atomics)
-  int recompute;     // 0 unset, 1 true, 2 false: the backward recomputes the node's output
-                     // instead of keeping it (compiler/passes/recompute.c); 3: such a copy
-                     // (a backward node; "recompute=copy" in the text); 4: the result of a
-                     // call marked true, kept as its checkpoint ("recompute=keep")
+  int recompute;     // a Recompute: whether the backward recomputes the node's output
+                     // instead of keeping it (compiler/passes/recompute.c)
 } Schedule;
+
+// Schedule.recompute. TRUE and FALSE are the hint as written; KEEP is the result of a call
+// marked TRUE, kept as the checkpoint the next marked call recomputes from; COPY is a
+// recomputed copy in the backward. The text prints true, false, keep and copy.
+typedef enum Recompute {
+  RECOMPUTE_UNSET, RECOMPUTE_TRUE, RECOMPUTE_FALSE, RECOMPUTE_COPY, RECOMPUTE_KEEP
+} Recompute;
 
 // IR_MAX_INPUTS bounds every node (table_grad takes a table and up to 15 (ids, dy) pairs);
 // the variadic forward ops (concat, stack, dot_interact, loss_sum) take at most IR_MAX_PARTS.

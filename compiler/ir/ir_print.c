@@ -250,8 +250,8 @@ static void put_schedule(Attrs *a, const Schedule *s) {
   if (s->zigzag) put_switch(a, "zigzag", s->zigzag, "on", "off");
   if (s->gelu_taylor) put_switch(a, "gelu", s->gelu_taylor, "taylor", "exact");
   if (s->deterministic) put_switch(a, "deterministic", s->deterministic, "true", "false");
-  if (s->recompute == 3) put(next_attr(a), "recompute=copy");
-  else if (s->recompute == 4) put(next_attr(a), "recompute=keep");
+  if (s->recompute == RECOMPUTE_COPY) put(next_attr(a), "recompute=copy");
+  else if (s->recompute == RECOMPUTE_KEEP) put(next_attr(a), "recompute=keep");
   else if (s->recompute) put_switch(a, "recompute", s->recompute, "true", "false");
 }
 

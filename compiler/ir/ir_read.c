@@ -582,18 +582,16 @@ static bool attr_value(Reader *r, Node *n, int a) {
   case HINT_STAGES: return small_int(r, &n->sched.stages);
   case HINT_ZIGZAG: return switch_value(r, &n->sched.zigzag, "on", "off");
   case HINT_DETERMINISTIC: return switch_value(r, &n->sched.deterministic, "true", "false");
-  case HINT_RECOMPUTE: {  // true, false, or copy (a recomputed copy, compiler/passes/recompute.c)
+  case HINT_RECOMPUTE: {  // true, false, keep or copy (compiler/passes/recompute.c)
+    static const struct { const char *word; int value; } words[] = {
+        {"copy", RECOMPUTE_COPY}, {"keep", RECOMPUTE_KEEP}};
     skip_space(r);
-    if (r->end - r->p >= 4 && strncmp(r->p, "copy", 4) == 0) {
-      r->p += 4;
-      n->sched.recompute = 3;
-      return true;
-    }
-    if (r->end - r->p >= 4 && strncmp(r->p, "keep", 4) == 0) {  // a marked call's result
-      r->p += 4;
-      n->sched.recompute = 4;
-      return true;
-    }
+    for (size_t w = 0; w < sizeof words / sizeof words[0]; w++)
+      if (r->end - r->p >= 4 && strncmp(r->p, words[w].word, 4) == 0) {
+        r->p += 4;
+        n->sched.recompute = words[w].value;
+        return true;
+      }
     return switch_value(r, &n->sched.recompute, "true", "false");
   }
   default: return switch_value(r, &n->sched.gelu_taylor, "taylor", "exact");

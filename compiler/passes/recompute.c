@@ -5,8 +5,9 @@
 // compute them run again, from their unmarked inputs, each copy just before the first backward
 // node that reads it or a copy made from it. The forward values then die at their last forward
 // use and the memory plan (codegen/plan/memplan.c) reuses their buffers; a layer's copies live
-// through that layer's backward only, also when marked layers follow one another. The copies are the same ops on the same inputs, so the gradients are bit for
-// bit those of the model without the hint; the cost is the region's forward once more.
+// through that layer's backward only, also when marked layers follow one another. The copies
+// are the same ops on the same inputs, so the gradients are bit for bit those of the model
+// without the hint; the cost is the marked nodes' forward once more.
 #include "recompute.h"
 
 #include <stdio.h>
@@ -31,7 +32,7 @@ int recompute_regions(Ir *ir) {
   int nt = ir->ntensors, nf = ir->nforward, old_n = ir->nnodes;
   bool *inside = xcalloc((size_t)nt, sizeof *inside);
   for (int i = 0; i < nf; i++)
-    if (ir->nodes[i].sched.recompute == 1) inside[ir->nodes[i].out] = true;
+    if (ir->nodes[i].sched.recompute == RECOMPUTE_TRUE) inside[ir->nodes[i].out] = true;
   // A loss's logits stay: the runtime reads them after the forward pass anyway.
   for (int i = 0; i < nf; i++)
     if (ir->nodes[i].op == OP_BCE) inside[ir->nodes[i].ins[0]] = false;
@@ -66,7 +67,7 @@ int recompute_regions(Ir *ir) {
     n.out = ir_add_tensor(ir, &t);
     copy[was] = n.out;
     orig_of[ir->nnodes - old_n] = was;
-    n.sched.recompute = 3;  // a recomputed copy (printed recompute=copy)
+    n.sched.recompute = RECOMPUTE_COPY;
     ir_add_node(ir, &n);
   }
   int copied = ir->nnodes - old_n;

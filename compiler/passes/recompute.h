@@ -8,7 +8,7 @@
 
 // The forward values of nodes marked recompute = true that backward nodes read are recomputed
 // instead of kept: the marked nodes that compute them are copied (from their unmarked inputs;
-// sched.recompute = 3 marks a copy), each just before the first backward node that reads it or
+// RECOMPUTE_COPY marks a copy), each just before the first backward node that reads it or
 // a copy made from it, and every backward read goes to the copies. Returns the nodes copied.
 int recompute_regions(Ir *ir);
 

@@ -354,13 +354,14 @@ static int lower_call(Sema *S, const Expr *e, const char *out) {
   // @schedule(recompute = ...): every node of the call, its nested argument calls included
   // (they are lowered inside it), is recomputed in the backward (compiler/passes/recompute.c),
   // but a nested call's own hint, true or false, wins.
-  // The call's result itself is kept (4), the checkpoint from which the next marked call
+  // The call's result itself is kept (RECOMPUTE_KEEP), the checkpoint from which the next marked call
   // recomputes: without it, a stack of marked layers would be recomputed whole at once.
   for (int i = first; c.sched.recompute && i < S->ir->nnodes; i++)
     if (!S->ir->nodes[i].sched.recompute) S->ir->nodes[i].sched.recompute = c.sched.recompute;
-  if (c.sched.recompute == 1 && out_t >= 0) {
+  if (c.sched.recompute == RECOMPUTE_TRUE && out_t >= 0) {
     int p = S->ir->tensors[out_t].producer;
-    if (p >= first && S->ir->nodes[p].sched.recompute == 1) S->ir->nodes[p].sched.recompute = 4;
+    if (p >= first && S->ir->nodes[p].sched.recompute == RECOMPUTE_TRUE)
+      S->ir->nodes[p].sched.recompute = RECOMPUTE_KEEP;
   }
   return out_t;
 }

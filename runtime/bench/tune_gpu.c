@@ -541,11 +541,11 @@ TuneStatus tune_model(const Ir *ir, const TuneOptions *o, Schedule *sched, int *
   // schedule of the forward node it copies, which has its source position.
   for (int i = ir->nforward; i < ir->nnodes; i++) {
     const Node *n = &ir->nodes[i];
-    for (int j = 0; n->sched.recompute == 3 && n->op == OP_ATTENTION && j < ir->nforward; j++)
+    for (int j = 0; n->sched.recompute == RECOMPUTE_COPY && n->op == OP_ATTENTION && j < ir->nforward; j++)
       if (ir->nodes[j].op == OP_ATTENTION && ir->nodes[j].loc.first_line == n->loc.first_line &&
           ir->nodes[j].loc.first_column == n->loc.first_column) {
         sched[i] = sched[j];
-        sched[i].recompute = 3;
+        sched[i].recompute = RECOMPUTE_COPY;
         break;
       }
   }

@@ -12,7 +12,7 @@ double step_flops(const Ir *ir, const Batch *b, bool backward) {
   // A recomputed copy (compiler/passes/recompute.c) is work the model would not need: not
   // useful FLOPs (the profile's per-launch counts, launch_cost.c, do count it).
   for (int i = 0; i < end; i++)
-    if (ir->nodes[i].sched.recompute != 3) total += ir_node_flops(ir, i, b->B, offsets);
+    if (ir->nodes[i].sched.recompute != RECOMPUTE_COPY) total += ir_node_flops(ir, i, b->B, offsets);
   return total;
 }
 
