@@ -303,8 +303,9 @@ __device__ __forceinline__ void attn_query_range(const AttnRows &r, int j0, int 
   *hi = b > a ? b : a;
 }
 
-// The tensor-core pieces (shared-memory tiles, cp.async, ldmatrix, mma) exist only on the GPU.
-#ifndef GEMC_ON_CPU
+// The tensor-core pieces: shared-memory tiles, cp.async, ldmatrix, mma. tests/codegen runs them
+// on the CPU too, where the three instructions are warp collectives of its emulator
+// (tests/codegen/cuda_on_cpu.h: emu_cp_async16, emu_ldmatrix_x4, emu_mma_bf16).
 
 // ---------------------------------------------------------------------------------------------
 // Shared-memory tiles: rows of DH bf16, 16-byte chunks XOR-swizzled by row so that ldmatrix
@@ -317,6 +318,13 @@ template <int DH> __device__ __forceinline__ int attn_smem_index(int row, int co
   return row * DH + ((chunk ^ x) << 3) + (col & 7);
 }
 
+#ifdef GEMC_ON_CPU
+__device__ __forceinline__ void attn_cp_async16(void *dst, const void *src, bool valid) {
+  emu_cp_async16(dst, src, valid);
+}
+__device__ __forceinline__ void attn_cp_async_commit() {}
+template <int N> __device__ __forceinline__ void attn_cp_async_wait() {}
+#else
 __device__ __forceinline__ unsigned attn_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
@@ -330,6 +338,7 @@ __device__ __forceinline__ void attn_cp_async_commit() { asm volatile("cp.async.
 template <int N> __device__ __forceinline__ void attn_cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
+#endif
 
 // Loads rows [row0, row0 + ROWS) of one head of a row-major bf16 matrix (row stride ld) into a
 // swizzled tile; rows at or past `len` become zeros. All THREADS threads take part.
@@ -365,6 +374,17 @@ __device__ __forceinline__ void attn_load_tile(bf16_t *tile, const float *base, 
 // ---------------------------------------------------------------------------------------------
 // Warp-level mma. Fragments follow PTX's m16n8k16 layouts: lane = 4*g + t.
 
+#ifdef GEMC_ON_CPU
+__device__ __forceinline__ void attn_ldmatrix_x4(unsigned *r, const bf16_t *p) {
+  emu_ldmatrix_x4(r, p, false);
+}
+__device__ __forceinline__ void attn_ldmatrix_x4_trans(unsigned *r, const bf16_t *p) {
+  emu_ldmatrix_x4(r, p, true);
+}
+__device__ __forceinline__ void attn_mma(float *acc, const unsigned *a, const unsigned *b) {
+  emu_mma_bf16(acc, a, b);
+}
+#else
 __device__ __forceinline__ void attn_ldmatrix_x4(unsigned *r, const bf16_t *p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -384,6 +404,7 @@ __device__ __forceinline__ void attn_mma(float *acc, const unsigned *a, const un
       : "+f"(acc[0]), "+f"(acc[1]), "+f"(acc[2]), "+f"(acc[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+#endif
 
 // A fragment: rows [r0, r0+16), cols [c0, c0+16) of a swizzled tile.
 template <int DH>
@@ -409,7 +430,5 @@ __device__ __forceinline__ void attn_load_b(unsigned *b, const bf16_t *tile, int
   attn_ldmatrix_x4_trans(b, tile + attn_smem_index<DH>(k0 + (lane & 7) + ((lane >> 3) & 1) * 8,
                                                      n0 + (lane >> 4) * 8));
 }
-
-#endif  // GEMC_ON_CPU
 
 #endif

@@ -14,7 +14,6 @@
 // defines: attn_backward_kv, attn_backward_q
 #ifndef GEMC_ATTENTION_BACKWARD_CUH
 #define GEMC_ATTENTION_BACKWARD_CUH
-#ifndef GEMC_ON_CPU  // tensor cores: GPU only (tests/codegen runs the other kernels on the CPU)
 
 template <int DH> struct AttnBackwardSmem {
   enum { BYTES = 6 * ATTN_TILE_BWD * DH * 2 };
@@ -310,5 +309,4 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
   }
 }
 
-#endif  // GEMC_ON_CPU
 #endif

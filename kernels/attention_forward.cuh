@@ -9,7 +9,6 @@
 // defines: attn_forward
 #ifndef GEMC_ATTENTION_FORWARD_CUH
 #define GEMC_ATTENTION_FORWARD_CUH
-#ifndef GEMC_ON_CPU  // tensor cores: GPU only (tests/codegen runs the other kernels on the CPU)
 
 template <int DH, int ACT, int WARPS, int MW, typename QT, typename OT>
 __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__restrict__ q,
@@ -243,5 +242,4 @@ __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__r
   }
 }
 
-#endif  // GEMC_ON_CPU
 #endif

@@ -38,8 +38,6 @@ __device__ __forceinline__ AttnqScales attnq_scales(const unsigned *q, const uns
   return AttnqScales{attnq_scale_of(q), attnq_scale_of(k), attnq_scale_of(v), attnq_scale_of(dout)};
 }
 
-#ifndef GEMC_ON_CPU
-
 enum {
   ATTNM_THREADS = 64,
   ATTNM_LDT = 72,  // bf16 tiles 64 wide (keys or queries) and their transposes
@@ -64,9 +62,13 @@ template <int DH> struct AttnmSmem {
 
 // Stops the kernel when the launch gave it less shared memory than its layout needs.
 __device__ __forceinline__ void attnm_need_smem(unsigned bytes) {
+#ifdef GEMC_ON_CPU
+  if (bytes > sizeof emu_dynamic_smem) __trap();
+#else
   unsigned have;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(have));
   if (have < bytes) __trap();
+#endif
 }
 
 __device__ __forceinline__ unsigned attnm_ld32(const bf16_t *p) { return *(const unsigned *)p; }
@@ -549,15 +551,14 @@ __device__ __forceinline__ void attnq_backward_kv_tc(GT *__restrict__ dk, GT *__
     });
 }
 
-#endif  // GEMC_ON_CPU
-
 // ---------------------------------------------------------------------------------------------
-// The entry points the emitter calls: the tensor-core kernels on the GPU when the head width
-// allows (a multiple of 16), else the SIMT ones (attention_quantized.cuh), which tests/codegen
-// runs on the CPU.
+// The entry points the emitter calls: the tensor-core kernels when the head width allows (a
+// multiple of 16), else the SIMT ones (attention_quantized.cuh). tests/codegen runs both on the
+// CPU: the tensor-core ones through its mma emulation, the SIMT ones for every head width when
+// it defines GEMC_EMU_SIMT.
 
 template <int DH> struct AttnqTc {
-#ifdef GEMC_ON_CPU
+#ifdef GEMC_EMU_SIMT
   enum { ON = 0 };
 #else
   enum { ON = DH % 16 == 0 };
@@ -569,9 +570,7 @@ __device__ __forceinline__ void attnq_forward_any(OT *out, const float *qh, cons
                                                   const float *vr, const AttnRows &r,
                                                   double inv_norm, const int *tiles,
                                                   const AttnqScales &sc) {
-#ifndef GEMC_ON_CPU
   if constexpr (AttnqTc<DH>::ON) return attnq_forward_tc<DH, ACT, MX>(out, qh, kh, vr, r, inv_norm, tiles, sc);
-#endif
   attnq_forward<DH, ACT, MX>(out, qh, kh, vr, r, inv_norm, tiles);
 }
 
@@ -580,9 +579,7 @@ __device__ __forceinline__ void attnq_backward_stats_any(float4 *stats, const fl
                                                          const float *kh, const float *vh,
                                                          const float *doh, const AttnRows &r,
                                                          int q_tiles, const AttnqScales &sc) {
-#ifndef GEMC_ON_CPU
   if constexpr (AttnqTc<DH>::ON) return attnq_backward_stats_tc<DH, ACT>(stats, qh, kh, vh, doh, r, q_tiles, sc);
-#endif
   attnq_backward_stats<DH, ACT>(stats, qh, kh, vh, doh, r, q_tiles);
 }
 
@@ -593,11 +590,9 @@ __device__ __forceinline__ void attnq_backward_q_any(GT *dq, i64 batch, const fl
                                                      const AttnRows &r, double inv_norm,
                                                      const int *tiles, const AttnqScales &sc,
                                                      float *partial = 0, int chunks = 1) {
-#ifndef GEMC_ON_CPU
   if constexpr (AttnqTc<DH>::ON)
     return attnq_backward_q_tc<DH, ACT, MX>(dq, batch, qh, kh, vh, doh, kr, r, inv_norm, tiles,
                                             partial, chunks, sc);
-#endif
   attnq_backward_q<DH, ACT, MX>(dq, batch, qh, kh, vh, doh, kr, r, inv_norm, tiles, partial, chunks);
 }
 
@@ -608,11 +603,9 @@ __device__ __forceinline__ void attnq_backward_kv_any(GT *dk, GT *dv, const floa
                                                       const float *dor, const AttnRows &r,
                                                       double inv_norm, const float4 *stats,
                                                       const int *tiles, const AttnqScales &sc) {
-#ifndef GEMC_ON_CPU
   if constexpr (AttnqTc<DH>::ON)
     return attnq_backward_kv_tc<DH, ACT, MX>(dk, dv, qh, kh, vh, doh, qr, dor, r, inv_norm, stats,
                                              tiles, sc);
-#endif
   attnq_backward_kv<DH, ACT, MX>(dk, dv, qh, kh, vh, doh, qr, dor, r, inv_norm, stats, tiles);
 }
 

@@ -7,8 +7,13 @@
 // barrier reads another thread's data before it is written and shows up as a wrong result; a
 // barrier some threads never reach (while others have not exited) stops with a message, not a
 // hang. (One OS thread per CUDA thread cost 10x more: futex wake-ups of 256 threads on 2 cores.)
+// The warp's tensor-core instructions that gemc's mma.sync kernels use (ldmatrix x4, plain and
+// transposed, and mma m16n8k16 bf16 -> fp32) are warp collectives here too: each lane publishes
+// its operands, one warp barrier, then each lane forms its own fragment from the others', by
+// the fragment layouts of the PTX ISA. cp.async is a plain copy (its groups complete at once).
 // defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync,
-//          __match_any_sync, __ballot_sync, __popc, __ffs, __nanosleep, atomics
+//          __match_any_sync, __ballot_sync, __popc, __ffs, __nanosleep, atomics,
+//          emu_ldmatrix_x4, emu_mma_bf16, emu_cp_async16, __trap
 #include <cstdint>
 #include <vector>
 #include <cmath>
@@ -102,10 +107,76 @@ inline unsigned __match_any_sync(unsigned, int v) {
 inline unsigned __ballot_sync(unsigned, bool pred) {
   return warp_lanes_where([](double a, double) { return a != 0.0; }, pred ? 1.0 : 0.0);
 }
+// One warp-collective exchange of up to 8 words a lane: the lane writes its words, waits at the
+// warp barrier, and returns the warp's slot for reading. Two slots alternate, so exchange k + 2
+// reuses the slot of exchange k only after every lane passed exchange k + 1's barrier, which
+// it reached after its reads of k. Every lane of the warp takes part (as .aligned requires).
+struct EmuWarpSlot {
+  uint32_t w[32][8];
+  const unsigned char *p[32];
+};
+static EmuWarpSlot emu_warp_slots[32][2];
+static unsigned emu_exchanges[1024];  // per thread: exchanges done in this block
+inline const EmuWarpSlot &emu_warp_exchange(const uint32_t *words, int n, const void *ptr) {
+  int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  EmuWarpSlot &s = emu_warp_slots[w][emu_exchanges[threadIdx.x]++ & 1];
+  for (int i = 0; i < n; i++) s.w[l][i] = words[i];
+  s.p[l] = (const unsigned char *)ptr;
+  __syncwarp();
+  return s;
+}
+inline uint32_t emu_ld16(const unsigned char *p) { uint16_t h; memcpy(&h, p, 2); return h; }
+// ldmatrix.sync.aligned.m8n8.x4(.trans).b16: lanes 8i..8i+7 give the row addresses of matrix i;
+// lane 4g + t receives, of each matrix, the two 16-bit elements (g, 2t) and (g, 2t + 1), or with
+// .trans (2t, g) and (2t + 1, g).
+inline void emu_ldmatrix_x4(unsigned *r, const void *row, bool trans) {
+  const EmuWarpSlot &s = emu_warp_exchange(nullptr, 0, row);
+  int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+  for (int i = 0; i < 4; i++) {
+    if (!trans) {
+      memcpy(&r[i], s.p[8 * i + g] + 4 * t, 4);
+    } else {
+      r[i] = emu_ld16(s.p[8 * i + 2 * t] + 2 * g) | emu_ld16(s.p[8 * i + 2 * t + 1] + 2 * g) << 16;
+    }
+  }
+}
+inline float emu_bf16_value(uint32_t bits) { return __uint_as_float((bits & 0xffffu) << 16); }
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, acc += A·B: lane 4g + t holds A's (g, 2t..)
+// in a[0], (g + 8, 2t..) in a[1], (g, 2t + 8..) in a[2], (g + 8, 2t + 8..) in a[3]; B's (2t.., g)
+// in b[0] and (2t + 8.., g) in b[1]; and acc's (g, 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1).
+// The products of bf16 values are exact in fp32; they are summed in k order (the tensor cores'
+// order and rounding differ, within fp32 accumulation's error).
+inline void emu_mma_bf16(float *acc, const unsigned *a, const unsigned *b) {
+  uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]};
+  const EmuWarpSlot &s = emu_warp_exchange(mine, 6, nullptr);
+  int l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+  auto a_at = [&](int row, int k) {  // A(row, k): lane 4·(row % 8) + (k % 8) / 2
+    int reg = (row >= 8) + 2 * (k >= 8);
+    uint32_t word = s.w[4 * (row & 7) + ((k & 7) >> 1)][reg];
+    return emu_bf16_value(k & 1 ? word >> 16 : word);
+  };
+  auto b_at = [&](int k, int col) {  // B(k, col): lane 4·col + (k % 8) / 2
+    uint32_t word = s.w[4 * col + ((k & 7) >> 1)][4 + (k >= 8)];
+    return emu_bf16_value(k & 1 ? word >> 16 : word);
+  };
+  for (int c = 0; c < 4; c++) {
+    int row = g + 8 * (c >> 1), col = 2 * t + (c & 1);
+    float sum = 0.0f;
+    for (int k = 0; k < 16; k++) sum += a_at(row, k) * b_at(k, col);
+    acc[c] += sum;
+  }
+}
+// cp.async.cg.shared.global of 16 bytes, zero-filled when !valid: done at once.
+inline void emu_cp_async16(void *dst, const void *src, bool valid) {
+  if (valid) memcpy(dst, src, 16);
+  else memset(dst, 0, 16);
+}
 // A spin-wait's pause: the fiber yields, so a wait on a block that never runs (blocks run one
 // after another here) stops as a deadlock instead of spinning forever.
 inline void emu_yield();
 inline void __nanosleep(unsigned) { emu_yield(); }
+// __trap: the kernel stops the program, as a trap stops the context on the GPU.
+inline void __trap() { fprintf(stderr, "cuda_on_cpu: __trap in block %u, thread %u\n", blockIdx.x, threadIdx.x); abort(); }
 inline int __popc(unsigned x) { return __builtin_popcount(x); }
 inline int __ffs(unsigned x) { return __builtin_ffs((int)x); }
 // The rounded fp32 intrinsics (never fused into an fma; neither is plain C++ here).
@@ -163,6 +234,7 @@ template <class F> void launch(unsigned grid, unsigned threads, F f) {
   for (unsigned b = 0; b < grid; b++) {
     blockIdx = {b, 0, 0};
     block_bar_storage = {threads, 0, 0};
+    memset(emu_exchanges, 0, sizeof emu_exchanges);
     for (unsigned w = 0; w < (threads + 31) / 32; w++)
       warp_bar_storage[w] = {threads - w * 32 < 32 ? threads - w * 32 : 32, 0, 0};
     for (unsigned t = 0; t < threads; t++) {

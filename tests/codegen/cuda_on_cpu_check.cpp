@@ -2,7 +2,9 @@
 // (cuda_on_cpu.h) keeps CUDA's rules: __syncthreads orders shared-memory writes before reads,
 // a missing barrier gives a wrong result (never a right one by luck of scheduling), threads
 // that exit stop counting at a barrier, shuffles and ballots see their warp, atomics add up
-// over the grid, and a barrier that can never fill stops the program with a message.
+// over the grid, a barrier that can never fill stops the program with a message, and the
+// tensor-core collectives (ldmatrix x4, plain and transposed, and mma m16n8k16) hand each lane
+// the fragment the PTX ISA's layouts give it, in two warps at once.
 // Run by cuda_on_cpu_check.sh; exits 0 when every check holds, and the child that must
 // deadlock is expected to abort.
 #include "cuda_on_cpu.h"
@@ -62,6 +64,52 @@ int main() {
   int total = 0;
   launch(7, 96, [&] { atomicAdd(&total, (int)blockIdx.x + 1); });
   expect(total == 96 * 28, "atomicAdd sums over every thread of the grid");
+  // ldmatrix x4 over four 8x8 matrices of distinct values (matrix i at rows 8i.., element (r, c)
+  // = 256i + 8r + c), then mma: A (16x16) and B (16x8) of small integers, exact in bf16 and in
+  // fp32 sums, fragments filled by hand from the layouts; D = C + A·B against a plain product.
+  static uint16_t mats[2][32][8];
+  for (int w = 0; w < 2; w++)
+    for (int r = 0; r < 32; r++)
+      for (int c = 0; c < 8; c++) mats[w][r][c] = (uint16_t)(1000 * w + 8 * r + c);
+  unsigned plain[64][4], trans[64][4];
+  float d[64][4];
+  auto bf16 = [](float x) { return (unsigned)(__float_as_uint(x) >> 16); };
+  auto a_val = [](int w, int i, int k) { return (float)((i * 3 + k * 5 + w) % 7 - 3); };
+  auto b_val = [](int w, int k, int j) { return (float)((k * 2 + j * 3 + w) % 5 - 2); };
+  launch(1, 64, [&] {
+    int w = threadIdx.x / 32, l = threadIdx.x % 32, g = l >> 2, t = l & 3;
+    emu_ldmatrix_x4(plain[threadIdx.x], mats[w][l], false);
+    emu_ldmatrix_x4(trans[threadIdx.x], mats[w][l], true);
+    unsigned a[4], b[2];
+    for (int reg = 0; reg < 4; reg++) {
+      int i = g + 8 * (reg & 1), k = 2 * t + 8 * (reg >> 1);
+      a[reg] = bf16(a_val(w, i, k)) | bf16(a_val(w, i, k + 1)) << 16;
+    }
+    for (int reg = 0; reg < 2; reg++) {
+      int k = 2 * t + 8 * reg;
+      b[reg] = bf16(b_val(w, k, g)) | bf16(b_val(w, k + 1, g)) << 16;
+    }
+    float *acc = d[threadIdx.x];
+    for (int c = 0; c < 4; c++) acc[c] = (float)c;
+    emu_mma_bf16(acc, a, b);
+  });
+  bool ld_ok = true, mma_ok = true;
+  for (int x = 0; x < 64; x++) {
+    int w = x / 32, l = x % 32, g = l >> 2, t = l & 3;
+    for (int m = 0; m < 4; m++) {
+      unsigned want = mats[w][8 * m + g][2 * t] | (unsigned)mats[w][8 * m + g][2 * t + 1] << 16;
+      unsigned want_t = mats[w][8 * m + 2 * t][g] | (unsigned)mats[w][8 * m + 2 * t + 1][g] << 16;
+      ld_ok = ld_ok && plain[x][m] == want && trans[x][m] == want_t;
+    }
+    for (int c = 0; c < 4; c++) {
+      int i = g + 8 * (c >> 1), j = 2 * t + (c & 1);
+      float want = (float)c;
+      for (int k = 0; k < 16; k++) want += a_val(w, i, k) * b_val(w, k, j);
+      mma_ok = mma_ok && d[x][c] == want;
+    }
+  }
+  expect(ld_ok, "ldmatrix x4 hands each lane its fragment, plain and transposed");
+  expect(mma_ok, "mma m16n8k16 computes C + A·B in the PTX fragment layouts");
   // Lane 0 waits at its warp's barrier while the rest of the block waits at the block's.
   fflush(stdout);
   pid_t pid = fork();

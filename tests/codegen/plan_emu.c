@@ -9,7 +9,7 @@
 // GEMC_TEST_DEFER_TABLES=1 (load_model.c; gemc emit too) builds the plan of a GPU rank of several (ir->defer_table_updates): the
 // optimizer launches run after every other one, and before them the tables' rows are
 // rewritten compact, as the runtime does after merging them across ranks (a world of one here).
-//   plan_emu MODEL.gem [TOLERANCE]     exit 0 when every relative error is within TOLERANCE
+//   plan_emu MODEL.gem [TOLERANCE [ARCH]]   exit 0 when every relative error is within TOLERANCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -166,12 +166,30 @@ static void compare(const char *what, const float *want, const char *got, DType 
   if (!ok) failures++;
 }
 
+static void print_node(CpuExec *x, int node) {
+  int t = ir->nodes[node].out;
+  const Tensor *tt = &ir->tensors[t];
+  if (t < 0 || tt->layout == LAYOUT_ROWS || tt->dtype == DT_I64 || plan->tensor_buffer[t] < 0) return;
+  const float *want = cpu_exec_data(x, t);
+  int64_t n = cpu_exec_numel(x, t);
+  if (!want || n <= 0) return;
+  const char *got = tensor_ptr(t);
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < n; i++) {
+    double g = load(got, tt->dtype, i), w = want[i];
+    err += (g - w) * (g - w);
+    norm += w * w;
+  }
+  printf("node %-32s %-16s relative error %.2e (%lld values)\n", tt->name, op_name(ir->nodes[node].op),
+         norm > 0 ? sqrt(err / norm) : sqrt(err), (long long)n);
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) return 2;
   if (argc > 2) tolerance = atof(argv[2]);
   quiet = getenv("PLAN_EMU_QUIET") && strcmp(getenv("PLAN_EMU_QUIET"), "1") == 0;
   LoadedModel m;
-  if (!load_model(&m, argv[1], NULL, true, true, false)) return 2;
+  if (!load_model(&m, argv[1], argc > 3 ? argv[3] : NULL, true, true, false)) return 2;
   ir = &m.ir;
   bool defer = m.ir.defer_table_updates;
   Diag d;
@@ -224,6 +242,10 @@ int main(int argc, char **argv) {
     else for (int64_t i = 0; i < n; i++) store(tensor_ptr(ft->tensor), ir->tensors[ft->tensor].dtype, i, b.values[f][i]);
   }
 
+  // PLAN_EMU_NODES=1: also print each node's output against the executor's right after the
+  // node's last launch (a diagnostic: errors there do not fail the run).
+  bool nodes = getenv("PLAN_EMU_NODES") && strcmp(getenv("PLAN_EMU_NODES"), "1") == 0;
+  if (nodes) cpu_exec_keep_values(x, true);
   double loss = cpu_exec_forward(x);
   cpu_exec_backward(x);
   // A table's rows gradient is dead once its optimizer has run (its buffer goes to later
@@ -233,6 +255,8 @@ int main(int argc, char **argv) {
     if (defer && p.launches[i].optimizer) continue;
     run_launch(&p.launches[i]);
     int node = p.launches[i].node;
+    if (nodes && node >= 0 && (i + 1 == p.nlaunches || p.launches[i + 1].node != node))
+      print_node(x, node);
     if (node < 0 || ir->nodes[node].op != OP_TABLE_GRAD) continue;
     if (i + 1 < p.nlaunches && p.launches[i + 1].node == node &&
         !(defer && p.launches[i + 1].optimizer))

@@ -21,6 +21,7 @@ inline float load_f32(const float *p, i64 i) { return p[i]; }
 inline float load_bf16(const bf16_t *p, i64 i) { return bf16_decode(p[i]); }
 inline float load_fp16(const fp16_t *p, i64 i) { return fp16_decode(p[i].bits); }
 inline void store_f32(float *p, i64 i, float x) { p[i] = x; }
+inline bf16_t float_to_bf16(float x) { return bf16_encode(x); }
 inline void store_bf16(bf16_t *p, i64 i, float x) { p[i] = bf16_encode(x); }
 inline void store_fp16(fp16_t *p, i64 i, float x) { p[i].bits = fp16_encode(x); }
 // load_*_n / store_*_n: N consecutive values (a vector access on the GPU when aligned).
@@ -134,6 +135,7 @@ struct float4 {
 };
 inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 inline float __expf(float x) { return expf(x); }
+inline float __log2f(float x) { return log2f(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline unsigned short cpu_bf16_bits(float x) { return bf16_encode(x); }
