@@ -9,6 +9,7 @@ extern const char kernel_table_grad_cuh[];
 extern const char kernel_attention_cuh[];
 extern const char kernel_attention_forward_cuh[];
 extern const char kernel_attention_backward_cuh[];
+extern const char kernel_attention_pma_backward_cuh[];
 extern const char kernel_attention_simt_cuh[];
 extern const char kernel_attention_sm90_cuh[];
 extern const char kernel_attention_sm90_backward_cuh[];

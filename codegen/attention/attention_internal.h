@@ -84,6 +84,14 @@ int64_t attn_pma_chunks(int64_t seed_blocks, int64_t batch);
 void attn_pma_sum_chunks(Lower *L, int node, const AttnNode *a, int dq, LaunchArg partial,
                          int64_t chunks);
 
+// The backward of a PMA in one pass over the keys (emit_attention_pma.c): the seed rows a tile
+// takes (16, 32 or 64), or 0 when it does not apply (not a PMA, SIMT, more than 64 seeds, or
+// a head too narrow for the tile's split); and its emitter: dK and dV (either may be -1), the
+// chunks' partial dQ, then the ordered sum into dq.
+int attn_pma_backward_qrows(const AttnNode *a);
+void emit_attention_pma_backward(Lower *L, int node, const AttnNode *a, int dq, int dk, int dv,
+                                 const char *grad_type, LaunchArg stats);
+
 // --- the two emitters -------------------------------------------------------------------
 // bf16, fp16 and fp32 nodes (emit_attention.c) and fp8, mxfp8 ones
 // (emit_attention_quantized.c); the contract of emit_attention, which picks one.

@@ -18,6 +18,7 @@ void attention_device_source(StrBuf *src) {
   sb_puts(src, kernel_attention_cuh);
   sb_puts(src, kernel_attention_forward_cuh);
   sb_puts(src, kernel_attention_backward_cuh);
+  sb_puts(src, kernel_attention_pma_backward_cuh);
   sb_puts(src, kernel_attention_simt_cuh);
 }
 

@@ -156,6 +156,9 @@ static bool emit_backward(Lower *L, int node) {
   const char *kv_type = fused_kv_type(ir, all);
   bool fused = all[0] >= 0 && kv_type && !pma && attn_sm90_fused_dq_applies(L, &a);
   if (fused && who[0] < 0) return true;  // the dK/dV node: its launches came with dQ's
+  // A PMA with dQ and dK or dV: one pass over the keys for all of them, at dQ's node.
+  bool pma_one_pass = pma && all[0] >= 0 && kv_type && attn_pma_backward_qrows(&a) > 0;
+  if (pma_one_pass && who[0] < 0) return true;
   int q_tiles = -1;  // the 64-row list of the mma.sync dQ and of the statistics (PMA: theirs)
   if (who[0] >= 0 && (softmax || (!pma && !sm90))) q_tiles = attn_tile_list(L, &a, node, 64, false);
 
@@ -180,6 +183,12 @@ static bool emit_backward(Lower *L, int node) {
     emit_attention_backward_sm90_fused(L, node, &a, ir->nodes[all[0]].out,
                                        all[1] >= 0 ? ir->nodes[all[1]].out : -1,
                                        all[2] >= 0 ? ir->nodes[all[2]].out : -1, kv_type, stats);
+    return true;
+  }
+  if (pma_one_pass) {
+    emit_attention_pma_backward(L, node, &a, ir->nodes[all[0]].out,
+                                all[1] >= 0 ? ir->nodes[all[1]].out : -1,
+                                all[2] >= 0 ? ir->nodes[all[2]].out : -1, kv_type, stats);
     return true;
   }
   if (who[0] >= 0 && sm90 && !pma) {  // dQ on the sm_90a kernel

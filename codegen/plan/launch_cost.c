@@ -211,6 +211,9 @@ static int attention_matmuls(const Ir *ir, const Launch *l) {
     dq |= m->op == OP_ATTENTION_BWD_Q, dk |= m->op == OP_ATTENTION_BWD_K;
     dv |= m->op == OP_ATTENTION_BWD_V;
   }
+  // PMA's one-pass backward (attn_backward_pma) does dQ = dS·K into its chunks' partials, a
+  // workspace, not the dQ tensor (which the ordered sum writes).
+  dq |= strstr(l->kernel, "_bwd_pma") != NULL;
   if (!dq && !dk && !dv) return 2;
   return 1 + (dq || dk) + dq + dk + dv;
 }

@@ -15,7 +15,8 @@
 //     matmul launches by the matmuls each does: S = Q·Kᵀ recomputed (1), dP = dO·Vᵀ (1 if it
 //     writes dQ or dK), then one each for the dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO it writes; a
 //     launch that writes none is the softmax-statistics pass, which recomputes S and O = P·V
-//     (2). So a softmax backward splits 2 : 3 : 4 over statistics, dQ, and dK with dV.
+//     (2). So a softmax backward splits 2 : 3 : 4 over statistics, dQ, and dK with dV. PMA's
+//     one-pass backward (`_bwd_pma`) counts its dQ too, though it writes the chunks' partials.
 //   - any other node with FLOPs (dot_interact): on its launch that takes the node's output
 //     (not on its operands' quantize kernels).
 //   - everything else, optimizer launches included: 0.

@@ -13,7 +13,8 @@ trap 'rm -rf "$dir"' EXIT INT TERM
 # defer: builds a deferred-table plan; simt: runs fp8/mxfp8 attention on the SIMT kernels
 # (GEMC_EMU_SIMT) instead of the tensor-core ones; ARCH sm_100a runs bf16 attention on the
 # mma.sync kernels (the emulator's ldmatrix and mma).
-cases='tests/gpu/models/attention_quantized_tc.gem 1e-3
+cases='tests/codegen/pma_one_pass.gem 1e-2 sm_100a
+tests/gpu/models/attention_quantized_tc.gem 1e-3
 tests/golden/codegen_attention_tiny_kv.gem 1e-3
 tests/golden/codegen_attention_fp8.gem 1e-3
 simt:tests/golden/codegen_attention_fp8.gem 1e-3

@@ -258,18 +258,24 @@ static void test_attention_codegen_pma_sums_dq_over_examples(void **state) {
   StrBuf src = {0};
   GdpaEmitted *e = calloc(1, sizeof *e);
   assert_true(gdpa_case_emit(&gdpa_test_cases[16], "p.", &arena, &src, e));
-  // forward; bwd_q: one kernel that sums the examples in order; bwd_k: dK, dV
-  assert_int_equal(e->nlaunches, 3);
-  assert_int_equal(e->ntiles, 2);  // bwd_q needs no tile list
-  const Launch *dq = &e->launches[1];
-  assert_int_equal(dq->grid, GRID_FIXED);
-  assert_int_equal(dq->size.c, (16 + 63) / 64 * 4);  // seed tiles x heads
-  assert_int_equal(dq->args[0].tensor, e->dq);
-  assert_int_equal(dq->args[1].kind, ARG_SIZE);       // the batch size
+  // forward; then dQ, dK and dV in one pass over the keys (attn_backward_pma): at batch 1 and
+  // at most 300 keys (5 tiles) one chunk, whose sums are dQ itself (no partials, no sum kernel)
+  assert_int_equal(e->nlaunches, 2);
+  assert_int_equal(e->ntiles, 1);  // the backward needs no tile list
+  const Launch *bwd = &e->launches[1];
+  assert_int_equal(bwd->grid, GRID_FIXED);
+  assert_int_equal(bwd->size.c, 1 * 4);  // chunks x heads
+  assert_int_equal(bwd->args[0].tensor, e->dq);
+  assert_int_equal(bwd->args[1].tensor, e->dk);
+  assert_int_equal(bwd->args[2].tensor, e->dv);
+  assert_int_equal(bwd->args[3].kind, ARG_SIZE);  // the batch size
   for (int i = 0; i < e->nlaunches; i++)
     for (int a = 0; a < e->launches[i].nargs; a++)
       assert_int_not_equal(e->launches[i].args[a].kind, ARG_WORKSPACE);
   assert_non_null(strstr(src.data, "const float *__restrict__ q"));  // fp32 seeds
+  // 16 seeds at head dim 64: a 16-row seed tile, dQ over 4 column groups
+  assert_non_null(strstr(src.data, "attn_backward_pma<64, ATTN_ACT_GELU_TAYLOR, 16>(dq, dk, dv,"));
+  assert_null(strstr(src.data, "_bwd_q_sum"));
   sb_free(&src);
   arena_free(&arena);
   free(e);

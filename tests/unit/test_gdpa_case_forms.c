@@ -65,7 +65,8 @@ static void test_gdpa_case_forms_put_q_and_kv_on_their_dims(void **state) {
   free(e);
 }
 
-// PMA's dQ: one kernel over the whole batch at B=1, chunks and their in-order sum at B=1152.
+// PMA's backward in one pass (emit_attention_pma.c): the keys in chunks of at least 8 tiles of
+// the largest batch, at most 528 / heads; their partial dQ added in order.
 static void test_gdpa_case_batch_sets_pma_chunks(void **state) {
   (void)state;
   Arena arena = {0};
@@ -74,11 +75,17 @@ static void test_gdpa_case_batch_sets_pma_chunks(void **state) {
   GdpaCase one = bench_form(ATTN_PMA, 0, 32);
   assert_true(gdpa_case_emit(&one, "p.", &arena, &src, e));
   assert_int_equal(e->ir.batch, 1);
-  assert_null(strstr(src.data, "_bwd_q_sum"));
+  // one example of up to N keys: N / 64 tiles, 8 a chunk
+  char want[64];
+  snprintf(want, sizeof want, "enum { CHUNKS = %d };", N / 64 / 8);
+  assert_non_null(strstr(src.data, want));
+  assert_non_null(strstr(src.data, "attn_backward_pma<128, ATTN_ACT_GELU, 32>(partial, dk, dv,"));
+  assert_non_null(strstr(src.data, "_bwd_q_sum"));
   sb_free(&src);
   GdpaCase bench = bench_form(ATTN_PMA, 0, 32);
   assert_true(gdpa_case_emit_batch(&bench, B, "p.", &arena, &src, e));
   assert_int_equal(e->ir.batch, B);
+  assert_non_null(strstr(src.data, "enum { CHUNKS = 132 };"));  // 528 blocks of 4 heads
   assert_non_null(strstr(src.data, "_bwd_q_sum"));
   sb_free(&src);
   arena_free(&arena);

@@ -326,8 +326,8 @@ static void test_launch_cost_attention_flops_only_on_matmul_kernels(void **state
   static const char *const models[] = {"models/gem_small.gem", "models/gem_full.gem",
                                        "tests/golden/codegen_attention_fp8.gem",
                                        "tests/golden/codegen_attention_tiny_kv.gem"};
-  static const char *const matmul[] = {"_fwd", "_bwd_q", "_bwd_kv", "_bwd_stats", "_tiny_fwd",
-                                       "_tiny_bwd", "_bwd"};
+  static const char *const matmul[] = {"_fwd", "_bwd_q", "_bwd_kv", "_bwd_stats", "_bwd_pma",
+                                       "_tiny_fwd", "_tiny_bwd", "_bwd"};
   for (size_t m = 0; m < sizeof models / sizeof models[0]; m++) {
     Case *c = open_case(models[m], NULL);
     const int64_t lens[] = {7, 1, 30};
