@@ -319,6 +319,10 @@ template <int DH> __device__ __forceinline__ int attn_smem_index(int row, int co
 }
 
 #ifdef GEMC_ON_CPU
+// A shared-memory address: the offset into the emulator's shared memory.
+__device__ __forceinline__ unsigned attn_smem_addr(const void *p) {
+  return (unsigned)((const unsigned char *)p - emu_dynamic_smem);
+}
 __device__ __forceinline__ void attn_cp_async16(void *dst, const void *src, bool valid) {
   emu_cp_async16(dst, src, valid);
 }

@@ -22,9 +22,10 @@
 // from registers (the S accumulator fragments re-packed to 16-bit, as for mma.sync) and V from
 // shared memory, transposed (N-major). Softmax runs online as in attention_forward.cuh.
 // defines: TmaMap, attn_forward_sm90
+// tests/codegen runs these kernels on the CPU too (GEMC_ON_CPU): every PTX instruction they use
+// is one small function here, which there calls the emulator's (tests/codegen/cuda_on_cpu.h).
 #ifndef GEMC_ATTENTION_SM90_CUH
 #define GEMC_ATTENTION_SM90_CUH
-#ifndef GEMC_ON_CPU
 
 // cuda.h's CUtensorMap, by value: a __grid_constant__ kernel parameter the runtime fills with
 // cuTensorMapEncodeTiled (runtime/gpu/tensor_map.c).
@@ -43,6 +44,23 @@ enum {
 // ---------------------------------------------------------------------------------------------
 // mbarrier
 
+#ifdef GEMC_ON_CPU
+__device__ __forceinline__ void sm90_bar_init(unsigned bar, unsigned count) { emu_mbar_init(bar, count); }
+__device__ __forceinline__ void sm90_bar_expect(unsigned bar, unsigned bytes) { emu_mbar_expect_tx(bar, bytes); }
+__device__ __forceinline__ void sm90_bar_arrive(unsigned bar) { emu_mbar_arrive(bar); }
+__device__ __forceinline__ void sm90_bar_wait(unsigned bar, unsigned parity) {
+  while (!emu_mbar_try_wait(bar, parity)) emu_yield();
+}
+__device__ __forceinline__ void sm90_tma_load(unsigned dst, const TmaMap &map, int col, int row,
+                                              unsigned bar) {
+  emu_tma_load(dst, &map, col, row, bar);
+}
+__device__ __forceinline__ void sm90_tma_store(const TmaMap &map, int col, int row, unsigned src) {
+  emu_tma_store(&map, col, row, src);
+}
+__device__ __forceinline__ void sm90_tma_store_wait_read() {}
+__device__ __forceinline__ void sm90_tma_prefetch_map(const TmaMap &) {}
+#else
 __device__ __forceinline__ void sm90_bar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
@@ -90,6 +108,37 @@ __device__ __forceinline__ void sm90_tma_store_wait_read() {
 __device__ __forceinline__ void sm90_tma_prefetch_map(const TmaMap &map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"((unsigned long long)&map) : "memory");
 }
+#endif
+
+// The rest of the PTX the kernels use: barrier-init fence, register reallocation, a 32-bit
+// shared store, the generic-to-async proxy fence, a named barrier over COUNT threads.
+#ifdef GEMC_ON_CPU
+__device__ __forceinline__ void sm90_fence_barrier_init() {}
+template <int REGS> __device__ __forceinline__ void sm90_setmaxnreg_dec() {}
+template <int REGS> __device__ __forceinline__ void sm90_setmaxnreg_inc() {}
+__device__ __forceinline__ void sm90_st_shared(unsigned at, unsigned v) { emu_st_shared(at, v); }
+__device__ __forceinline__ void sm90_fence_proxy_async() {}
+template <int COUNT> __device__ __forceinline__ void sm90_named_barrier(unsigned id) { emu_bar_sync(id, COUNT); }
+#else
+__device__ __forceinline__ void sm90_fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+template <int REGS> __device__ __forceinline__ void sm90_setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS) : "memory");
+}
+template <int REGS> __device__ __forceinline__ void sm90_setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS) : "memory");
+}
+__device__ __forceinline__ void sm90_st_shared(unsigned at, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+}
+__device__ __forceinline__ void sm90_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+template <int COUNT> __device__ __forceinline__ void sm90_named_barrier(unsigned id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(COUNT) : "memory");
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // wgmma
@@ -102,6 +151,17 @@ __device__ __forceinline__ unsigned long long sm90_desc(unsigned addr, unsigned 
          (unsigned long long)(stride >> 4) << 32 | 1ull << 62;
 }
 
+#ifdef GEMC_ON_CPU
+// The emulator runs each wgmma at once, so there is nothing to fence, commit or wait for.
+__device__ __forceinline__ void sm90_wgmma_fence() {}
+__device__ __forceinline__ void sm90_wgmma_commit() {}
+template <int N> __device__ __forceinline__ void sm90_wgmma_wait() {}
+template <int N> __device__ __forceinline__ void sm90_pin(float *) {}
+template <bool F16> __device__ __forceinline__ unsigned sm90_pack(float lo, float hi) {
+  if (F16) return (unsigned)cpu_fp16_bits(lo) | (unsigned)cpu_fp16_bits(hi) << 16;
+  return (unsigned)cpu_bf16_bits(lo) | (unsigned)cpu_bf16_bits(hi) << 16;
+}
+#else
 __device__ __forceinline__ void sm90_wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }
@@ -127,7 +187,21 @@ template <bool F16> __device__ __forceinline__ unsigned sm90_pack(float lo, floa
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
+#endif
 
+#ifdef GEMC_ON_CPU
+// d (64 x N) (+)= A·B over one k-step of 16, as the emulator's warpgroup collective: A K-major
+// in shared memory (SS) or in registers (RS), B K-major (SS) or N-major (RS: transposed).
+template <int N, bool F16>
+__device__ __forceinline__ void sm90_mma_ss(float *d, unsigned long long a, unsigned long long b,
+                                            int accumulate) {
+  emu_wgmma(d, N, a, nullptr, false, b, false, accumulate != 0, F16);
+}
+template <int N, bool F16>
+__device__ __forceinline__ void sm90_mma_rs(float *d, const unsigned *a, unsigned long long b) {
+  emu_wgmma(d, N, 0, a, false, b, true, true, F16);
+}
+#else
 // The accumulator operands of a wgmma: 8 (m64n16), 16 (m64n32), 32 (m64n64) or 64 (m64n128)
 // fp32 registers per thread,
 // as the asm register list and as the operand list over d[].
@@ -253,6 +327,7 @@ __device__ __forceinline__ void sm90_mma_rs(float *d, const unsigned *a, unsigne
   else
     sm90_mma_rs_n128<F16>(d, a, b);
 }
+#endif
 
 __device__ __forceinline__ void sm90_store2(float *p, float a, float b) { p[0] = a, p[1] = b; }
 __device__ __forceinline__ void sm90_store2(bf16_t *p, float a, float b) {
@@ -454,12 +529,12 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       sm90_bar_init(k_empty + 8 * s, 128 * SM90_CONSUMERS);
       sm90_bar_init(v_empty + 8 * s, 128 * SM90_CONSUMERS);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    sm90_fence_barrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");  // SM90_PRODUCER_REGS
+    sm90_setmaxnreg_dec<SM90_PRODUCER_REGS>();
     if (threadIdx.x != 0) return;
     sm90_tma_prefetch_map(q_map);
     sm90_tma_prefetch_map(k_map);
@@ -498,7 +573,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
   }
 
   // A consumer warpgroup: query rows [64 cw, 64 cw + 64) of each item.
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");  // SM90_CONSUMER_REGS
+  sm90_setmaxnreg_inc<SM90_CONSUMER_REGS>();
   const int cw = threadIdx.x / 128 - 1;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const float scale_log2 = r.scale * ATTN_LOG2E;
@@ -584,11 +659,11 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
         for (int nb = 0; nb < DH / 8; nb++) {
           const unsigned at = q_mine + (nb / 8) * Q_HALF + rl * 128 + (((nb % 8) ^ (rl % 8)) * 16) + 4 * t;
           const unsigned v = sm90_pack<F16>(o[4 * nb + 2 * half] * inv, o[4 * nb + 2 * half + 1] * inv);
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+          sm90_st_shared(at, v);
         }
       }
-      asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-      asm volatile("bar.sync %0, 128;\n" ::"r"(1 + cw) : "memory");  // this warpgroup's rows
+      sm90_fence_proxy_async();
+      sm90_named_barrier<128>(1 + cw);  // this warpgroup's rows
       if ((threadIdx.x & 127) == 0) {
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
@@ -615,5 +690,4 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
   }
 }
 
-#endif  // GEMC_ON_CPU
 #endif

@@ -24,7 +24,6 @@
 // defines: attn_backward_sm90
 #ifndef GEMC_ATTENTION_SM90_BACKWARD_CUH
 #define GEMC_ATTENTION_SM90_BACKWARD_CUH
-#ifndef GEMC_ON_CPU
 
 enum { SM90_BWD_STREAM = 64, SM90_BWD_RESIDENT = 128 };
 
@@ -34,6 +33,17 @@ enum { SM90_BWD_STREAM = 64, SM90_BWD_RESIDENT = 128 };
 #define SM90_BACKWARD_DQ_SMEM(DH, STAGES) (SM90_BACKWARD_SMEM(DH, STAGES) + 2 * 128 * 64 * 2)
 
 // d (64 x 64 fp32) (+)= A (64 x 16) * B (16 x 64), both in shared memory MN-major (transposed).
+#ifdef GEMC_ON_CPU
+template <bool F16>
+__device__ __forceinline__ void sm90_mma_ss_tt_n64(float *d, unsigned long long a,
+                                                   unsigned long long b, int accumulate) {
+  emu_wgmma(d, 64, a, nullptr, true, b, true, accumulate != 0, F16);
+}
+__device__ __forceinline__ void sm90_red_add2(float *p, float a, float b) {
+  emu_red_add(p, a);
+  emu_red_add(p + 1, b);
+}
+#else
 template <bool F16>
 __device__ __forceinline__ void sm90_mma_ss_tt_n64(float *d, unsigned long long a,
                                                    unsigned long long b, int accumulate) {
@@ -55,6 +65,7 @@ __device__ __forceinline__ void sm90_mma_ss_tt_n64(float *d, unsigned long long 
 __device__ __forceinline__ void sm90_red_add2(float *p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
+#endif
 
 // One backward work item: the example, the resident tile's first row and head, its rows, and
 // the streamed rows [lo, lo + n * 64).
@@ -138,12 +149,12 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       sm90_bar_init(str_full + 16 * s + 8, 1);
       sm90_bar_init(str_empty + 8 * s, 128 * SM90_CONSUMERS);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    sm90_fence_barrier_init();
   }
   __syncthreads();
 
   if (threadIdx.x < 128) {  // the producer warpgroup
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    sm90_setmaxnreg_dec<24>();
     if (threadIdx.x != 0) return;
     int n = 0, c = 0;
     for (int index = blockIdx.x; index < count; index += gridDim.x) {
@@ -184,7 +195,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  sm90_setmaxnreg_inc<240>();
   const int cw = threadIdx.x / 128 - 1;
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int heads = r.d / DH;
@@ -288,10 +299,10 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
           for (int q = 0; q < 4; q++) {
             const unsigned row = 64 * cw + 16 * warp + g + 8 * (q & 1);
             const unsigned at = ds_tile + row * 128 + (((2 * kk + (q >> 1)) ^ g) << 4) + 4 * t;
-            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(dsf[kk][q]) : "memory");
+            sm90_st_shared(at, dsf[kk][q]);
           }
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        asm volatile("bar.sync 1, 256;\n" ::: "memory");  // both consumer warpgroups
+        sm90_fence_proxy_async();
+        sm90_named_barrier<256>(1);  // both consumer warpgroups
       }
       float dq[DQ ? 32 : 1];
 
@@ -358,5 +369,4 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
   }
 }
 
-#endif  // GEMC_ON_CPU
 #endif

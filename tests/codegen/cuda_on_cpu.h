@@ -13,7 +13,9 @@
 // the fragment layouts of the PTX ISA. cp.async is a plain copy (its groups complete at once).
 // defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync,
 //          __match_any_sync, __ballot_sync, __popc, __ffs, __nanosleep, atomics,
-//          emu_ldmatrix_x4, emu_mma_bf16, emu_cp_async16, __trap
+//          emu_ldmatrix_x4, emu_mma_bf16, emu_cp_async16, __trap, emu_dynamic_smem, emu_mbar_*,
+//          EmuTmaMap, emu_tma_load, emu_tma_store, emu_wgmma, emu_st_shared, emu_bar_sync,
+//          emu_red_add
 #include <cstdint>
 #include <vector>
 #include <cmath>
@@ -46,7 +48,7 @@ static unsigned emu_cur;
 static unsigned long emu_progress;  // bumped on every arrival and exit: a pass without it is a deadlock
 static void (*emu_body)(void *);
 static void *emu_body_arg;
-EmuBarrier block_bar_storage, warp_bar_storage[32];
+EmuBarrier block_bar_storage, warp_bar_storage[32], group_bar_storage[8], named_bar_storage[16];
 EmuBarrier *block_bar = &block_bar_storage;
 double warp_buf[32][32];
 
@@ -171,6 +173,194 @@ inline void emu_cp_async16(void *dst, const void *src, bool valid) {
   if (valid) memcpy(dst, src, 16);
   else memset(dst, 0, 16);
 }
+// ---------------------------------------------------------------------------------------------
+// Hopper
+
+alignas(1024) unsigned char emu_dynamic_smem[256 * 1024];
+
+inline void emu_st_shared(unsigned at, unsigned v) { memcpy(emu_dynamic_smem + at, &v, 4); }
+inline void emu_red_add(float *p, float v) { *p += v; }
+
+// bar.sync id, count: the first `count` arrivals release it.
+inline void emu_bar_sync(unsigned id, unsigned count) {
+  EmuBarrier &b = named_bar_storage[id];
+  b.expected = count;
+  emu_arrive_and_wait(b);
+}
+
+// mbarriers, by shared-memory address (8 bytes each).
+struct EmuMbar {
+  int expected, pending, tx;
+  unsigned phase;  // of the phase in progress
+};
+static EmuMbar emu_mbars[sizeof emu_dynamic_smem / 8];
+static std::vector<unsigned> emu_mbars_used;
+inline void emu_mbar_reset() {
+  for (unsigned i : emu_mbars_used) emu_mbars[i] = {0, 0, 0, 0};
+  emu_mbars_used.clear();
+}
+inline EmuMbar &emu_mbar(unsigned addr) {
+  if (addr % 8 || addr >= sizeof emu_dynamic_smem) {
+    fprintf(stderr, "cuda_on_cpu: mbarrier at %u\n", addr);
+    abort();
+  }
+  return emu_mbars[addr / 8];
+}
+inline void emu_mbar_init(unsigned addr, unsigned count) {
+  emu_mbar(addr) = {(int)count, (int)count, 0, 0};
+  emu_mbars_used.push_back(addr / 8);
+}
+// The phase completes when every arrival came and every announced byte landed.
+inline void emu_mbar_settle(EmuMbar &m) {
+  emu_progress++;
+  if (m.pending < 0 || (m.pending == 0 && m.tx < 0)) {
+    fprintf(stderr, "cuda_on_cpu: mbarrier over-arrived (pending %d, tx %d)\n", m.pending, m.tx);
+    abort();
+  }
+  if (m.pending == 0 && m.tx == 0) {
+    m.phase ^= 1;
+    m.pending = m.expected;
+  }
+}
+inline void emu_mbar_arrive(unsigned addr) {
+  EmuMbar &m = emu_mbar(addr);
+  m.pending--;
+  emu_mbar_settle(m);
+}
+inline void emu_mbar_expect_tx(unsigned addr, unsigned bytes) {
+  EmuMbar &m = emu_mbar(addr);
+  m.tx += (int)bytes;
+  m.pending--;
+  emu_mbar_settle(m);
+}
+inline void emu_mbar_complete_tx(unsigned addr, unsigned bytes) {
+  EmuMbar &m = emu_mbar(addr);
+  m.tx -= (int)bytes;
+  if (m.pending > 0 || m.tx != 0) {  // bytes before their arrival: the phase waits for both
+    emu_progress++;
+    return;
+  }
+  emu_mbar_settle(m);
+}
+// try_wait.parity: whether the phase of that parity has completed (the one in progress has
+// the other parity).
+inline bool emu_mbar_try_wait(unsigned addr, unsigned parity) {
+  return emu_mbar(addr).phase != (parity & 1);
+}
+
+// The emulator's tensor map, in the 128 bytes of a CUtensorMap: a row-major matrix of `rows`
+// rows of `width` 2-byte elements, `stride` bytes apart, boxes of box_rows x box_cols, the
+// 128-byte swizzle when swizzle is 128.
+struct EmuTmaMap {
+  uint64_t magic, base, width, rows, stride, box_cols, box_rows, swizzle, unused[8];
+};
+enum : uint64_t { EMU_TMA_MAGIC = 0x656d75746d61ull };  // "emutma"
+inline unsigned emu_swizzle128(unsigned addr) { return addr ^ (((addr >> 7) & 7) << 4); }
+inline const EmuTmaMap &emu_tma_map(const void *map) {
+  const EmuTmaMap *m = (const EmuTmaMap *)map;
+  if (m->magic != EMU_TMA_MAGIC || m->box_cols * 2 != 128 || m->swizzle != 128) {
+    fprintf(stderr, "cuda_on_cpu: not an emulator tensor map of 128-byte rows\n");
+    abort();
+  }
+  return *m;
+}
+inline unsigned emu_box_addr(unsigned base, unsigned r, unsigned c) {
+  return emu_swizzle128(base + r * 128 + c * 2);
+}
+// cp.async.bulk.tensor.2d.shared.global.mbarrier::complete_tx: the box at (col, row).
+inline void emu_tma_load(unsigned dst, const void *map, int col, int row, unsigned bar) {
+  const EmuTmaMap &m = emu_tma_map(map);
+  for (uint64_t r = 0; r < m.box_rows; r++)
+    for (uint64_t c = 0; c < m.box_cols; c++) {
+      int64_t gr = row + (int64_t)r, gc = col + (int64_t)c;
+      uint16_t v = 0;
+      if (gr >= 0 && gr < (int64_t)m.rows && gc >= 0 && gc < (int64_t)m.width)
+        memcpy(&v, (const unsigned char *)m.base + gr * m.stride + gc * 2, 2);
+      memcpy(emu_dynamic_smem + emu_box_addr(dst, (unsigned)r, (unsigned)c), &v, 2);
+    }
+  emu_mbar_complete_tx(bar, (unsigned)(m.box_rows * m.box_cols * 2));
+}
+// cp.async.bulk.tensor.2d.global.shared: the box back, what lies inside the matrix.
+inline void emu_tma_store(const void *map, int col, int row, unsigned src) {
+  const EmuTmaMap &m = emu_tma_map(map);
+  for (uint64_t r = 0; r < m.box_rows; r++)
+    for (uint64_t c = 0; c < m.box_cols; c++) {
+      int64_t gr = row + (int64_t)r, gc = col + (int64_t)c;
+      if (gr >= 0 && gr < (int64_t)m.rows && gc >= 0 && gc < (int64_t)m.width)
+        memcpy((unsigned char *)m.base + gr * m.stride + gc * 2,
+               emu_dynamic_smem + emu_box_addr(src, (unsigned)r, (unsigned)c), 2);
+    }
+}
+
+// wgmma's shared-memory operands through a matrix descriptor (128-byte swizzle): the start
+// address (>> 4 in bits 0-13), the leading byte offset (16-29) and the stride byte offset
+// (32-45). K-major, element (row, k) of a 16-wide k-step: rows of 128 bytes, 8-row groups SBO
+// apart, k at 2 bytes from the start (which names the k-step inside the row). MN-major, element
+// (k, col): 8-row (k) groups SBO apart, 64-column blocks LBO apart.
+inline unsigned emu_desc_field(uint64_t d, int shift) { return (unsigned)((d >> shift) & 0x3fff) << 4; }
+inline unsigned emu_kmajor_addr(uint64_t d, int row, int k) {
+  return emu_swizzle128(emu_desc_field(d, 0) + (row / 8) * emu_desc_field(d, 32) + (row % 8) * 128 + k * 2);
+}
+inline unsigned emu_mnmajor_addr(uint64_t d, int k, int col) {
+  return emu_swizzle128(emu_desc_field(d, 0) + (col / 64) * emu_desc_field(d, 16) +
+                        (k / 8) * emu_desc_field(d, 32) + (k % 8) * 128 + (col % 64) * 2);
+}
+inline float emu_half_value(uint16_t h, bool f16) {
+  if (!f16) return __uint_as_float((unsigned)h << 16);
+  unsigned sign = (unsigned)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {  // zero or subnormal: m * 2^-24
+    float f = (float)m * 5.9604644775390625e-08f;
+    return sign ? -f : f;
+  }
+  return __uint_as_float(sign | ((e + 112) << 23) | (m << 13));
+}
+inline float emu_smem_half(unsigned addr, bool f16) {
+  uint16_t h;
+  memcpy(&h, emu_dynamic_smem + addr, 2);
+  return emu_half_value(h, f16);
+}
+struct EmuGroupSlot {
+  uint32_t w[128][4];
+};
+static EmuGroupSlot emu_group_slots[8][2];
+static unsigned emu_group_exchanges[1024];
+// wgmma.mma_async m64nNk16 .f32: d (64 x N, the warpgroup's; thread 32w + 4g + t holds, of each
+// 8-column block j, (16w + g, 8j + 2t..) in d[4j], d[4j + 1] and row + 8 in d[4j + 2, 3])
+// (+)= A·B. A from the descriptor a (K-major, or MN-major when a_mn) or, when a_regs, from
+// each thread's 4 registers in mma.m16n8k16's A layout over its warp's 16 rows; B from the
+// descriptor b, K-major (as N rows of k) or MN-major (b_mn). Products in fp32, summed in k order.
+inline void emu_wgmma(float *d, int n, uint64_t a, const unsigned *a_regs, bool a_mn, uint64_t b,
+                      bool b_mn, bool accumulate, bool f16) {
+  const unsigned tid = threadIdx.x, group = tid / 128;
+  const EmuGroupSlot *slot = nullptr;
+  if (a_regs) {  // the warpgroup's A fragments, through one warpgroup barrier
+    EmuGroupSlot &s = emu_group_slots[group][emu_group_exchanges[tid]++ & 1];
+    for (int i = 0; i < 4; i++) s.w[tid % 128][i] = a_regs[i];
+    emu_arrive_and_wait(group_bar_storage[group]);
+    slot = &s;
+  }
+  auto a_at = [&](int row, int k) -> float {
+    if (slot) {
+      int warp = row / 16, r = row % 16;
+      uint32_t word = slot->w[32 * warp + 4 * (r % 8) + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+      return emu_half_value((uint16_t)(k & 1 ? word >> 16 : word & 0xffffu), f16);
+    }
+    return emu_smem_half(a_mn ? emu_mnmajor_addr(a, k, row) : emu_kmajor_addr(a, row, k), f16);
+  };
+  auto b_at = [&](int k, int col) -> float {
+    return emu_smem_half(b_mn ? emu_mnmajor_addr(b, k, col) : emu_kmajor_addr(b, col, k), f16);
+  };
+  const int warp = (tid / 32) % 4, g = (tid % 32) / 4, t = tid % 4;
+  for (int j = 0; j < n / 8; j++)
+    for (int c = 0; c < 4; c++) {
+      int row = 16 * warp + g + 8 * (c >> 1), col = 8 * j + 2 * t + (c & 1);
+      float sum = 0.0f;
+      for (int k = 0; k < 16; k++) sum += a_at(row, k) * b_at(k, col);
+      d[4 * j + c] = (accumulate ? d[4 * j + c] : 0.0f) + sum;
+    }
+}
+
 // A spin-wait's pause: the fiber yields, so a wait on a block that never runs (blocks run one
 // after another here) stops as a deadlock instead of spinning forever.
 inline void emu_yield();
@@ -194,6 +384,7 @@ static void emu_fiber_entry() {
   emu_body(emu_body_arg);
   emu_arrive_and_drop(block_bar_storage);
   emu_arrive_and_drop(warp_bar_storage[t / 32]);
+  emu_arrive_and_drop(group_bar_storage[t / 128]);
   emu_fibers[t].done = true;
   // uc_link returns to the scheduler.
 }
@@ -235,8 +426,13 @@ template <class F> void launch(unsigned grid, unsigned threads, F f) {
     blockIdx = {b, 0, 0};
     block_bar_storage = {threads, 0, 0};
     memset(emu_exchanges, 0, sizeof emu_exchanges);
+    memset(emu_group_exchanges, 0, sizeof emu_group_exchanges);
     for (unsigned w = 0; w < (threads + 31) / 32; w++)
       warp_bar_storage[w] = {threads - w * 32 < 32 ? threads - w * 32 : 32, 0, 0};
+    for (unsigned w = 0; w < (threads + 127) / 128; w++)
+      group_bar_storage[w] = {threads - w * 128 < 128 ? threads - w * 128 : 128, 0, 0};
+    for (EmuBarrier &nb : named_bar_storage) nb = {0, 0, 0};
+    emu_mbar_reset();
     for (unsigned t = 0; t < threads; t++) {
       EmuFiber &fb = emu_fibers[t];
       fb.done = false;

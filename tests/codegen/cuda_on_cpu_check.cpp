@@ -4,7 +4,9 @@
 // that exit stop counting at a barrier, shuffles and ballots see their warp, atomics add up
 // over the grid, a barrier that can never fill stops the program with a message, and the
 // tensor-core collectives (ldmatrix x4, plain and transposed, and mma m16n8k16) hand each lane
-// the fragment the PTX ISA's layouts give it, in two warps at once.
+// the fragment the PTX ISA's layouts give it, in two warps at once, an mbarrier's phase completes
+// only when its arrivals and its transaction bytes are all in, and a TMA box through wgmma (both
+// 128-byte swizzled, read through a matrix descriptor) gives a plain product.
 // Run by cuda_on_cpu_check.sh; exits 0 when every check holds, and the child that must
 // deadlock is expected to abort.
 #include "cuda_on_cpu.h"
@@ -110,6 +112,64 @@ int main() {
   }
   expect(ld_ok, "ldmatrix x4 hands each lane its fragment, plain and transposed");
   expect(mma_ok, "mma m16n8k16 computes C + A·B in the PTX fragment layouts");
+  // An mbarrier of 2 arrivals: one arrival and 128 announced bytes do not complete the phase,
+  // the bytes landing do; a waiter on parity 0 passes only then, one on parity 1 at once.
+  bool order_ok = true;
+  int step = 0;
+  launch(1, 2, [&] {
+    if (threadIdx.x == 0) {
+      emu_mbar_init(64, 2);
+      order_ok = order_ok && emu_mbar_try_wait(64, 1) && !emu_mbar_try_wait(64, 0);
+      emu_mbar_expect_tx(64, 128);
+      step = 1;
+      __syncwarp();
+      __syncwarp();  // thread 1 arrives
+      order_ok = order_ok && !emu_mbar_try_wait(64, 0);
+      emu_mbar_complete_tx(64, 128);
+      order_ok = order_ok && emu_mbar_try_wait(64, 0) && !emu_mbar_try_wait(64, 1);
+    } else {
+      __syncwarp();
+      order_ok = order_ok && step == 1;
+      emu_mbar_arrive(64);
+      __syncwarp();
+    }
+  });
+  expect(order_ok, "an mbarrier phase waits for its arrivals and its transaction bytes");
+  // A 64 x 64 bf16 matrix by TMA (box 64 rows x 64 columns, 128-byte swizzle) at 1024, its
+  // transpose-free product with itself through wgmma m64n64k16 over the 4 k-steps (both
+  // operands K-major, descriptors as attention_sm90.cuh builds them: +32 bytes a k-step, SBO
+  // 1024): d = M·Mᵀ, against a plain product.
+  static uint16_t mat[64 * 64];
+  auto mval = [](int r, int c) { return (float)((r * 7 + c * 3) % 9 - 4); };
+  for (int r = 0; r < 64; r++)
+    for (int c = 0; c < 64; c++) mat[r * 64 + c] = (uint16_t)(__float_as_uint(mval(r, c)) >> 16);
+  EmuTmaMap map = {EMU_TMA_MAGIC, (uint64_t)(uintptr_t)mat, 64, 64, 128, 64, 64, 128, {}};
+  static float prod[128][32];
+  launch(1, 128, [&] {
+    if (threadIdx.x == 0) {
+      emu_mbar_init(0, 1);
+      emu_mbar_expect_tx(0, 64 * 64 * 2);
+      emu_tma_load(1024, &map, 0, 0, 0);
+    }
+    __syncthreads();
+    for (int kk = 0; kk < 4; kk++) {
+      uint64_t desc = (uint64_t)((1024 + kk * 32) >> 4) | (uint64_t)(16 >> 4) << 16 |
+                      (uint64_t)(1024 >> 4) << 32 | 1ull << 62;
+      emu_wgmma(prod[threadIdx.x], 64, desc, nullptr, false, desc, false, kk > 0, false);
+    }
+  });
+  bool wgmma_ok = true;
+  for (int x = 0; x < 128; x++) {
+    int w = x / 32, g = (x % 32) / 4, t = x % 4;
+    for (int j = 0; j < 8; j++)
+      for (int c = 0; c < 4; c++) {
+        int row = 16 * w + g + 8 * (c >> 1), col = 8 * j + 2 * t + (c & 1);
+        float want = 0;
+        for (int k = 0; k < 64; k++) want += mval(row, k) * mval(col, k);
+        wgmma_ok = wgmma_ok && prod[x][4 * j + c] == want;
+      }
+  }
+  expect(wgmma_ok, "a swizzled TMA box through wgmma descriptors gives the plain product");
   // Lane 0 waits at its warp's barrier while the rest of the block waits at the block's.
   fflush(stdout);
   pid_t pid = fork();

@@ -11,14 +11,18 @@ dir=$(mktemp -d) || exit 2
 trap 'rm -rf "$dir"' EXIT INT TERM
 # MODEL TOLERANCE [ARCH], the slowest first so the pairs finish together. A model prefixed
 # defer: builds a deferred-table plan; simt: runs fp8/mxfp8 attention on the SIMT kernels
-# (GEMC_EMU_SIMT) instead of the tensor-core ones; ARCH sm_100a runs bf16 attention on the
-# mma.sync kernels (the emulator's ldmatrix and mma).
-cases='tests/codegen/pma_one_pass.gem 1e-2 sm_100a
+# (GEMC_EMU_SIMT) instead of the tensor-core ones; isolate: checks every node on the executor's
+# inputs within 1e-2 (PLAN_EMU_ISOLATE; TOLERANCE then bounds the step's final comparisons over
+# those mixed values). ARCH sm_100a runs bf16 attention on the mma.sync kernels (the emulator's
+# ldmatrix and mma), sm_90a on the TMA + wgmma ones (its mbarrier, TMA and wgmma).
+cases='isolate:tests/codegen/attention_sm90.gem 1 sm_90a
+tests/codegen/pma_one_pass.gem 1e-2 sm_100a
 tests/gpu/models/attention_quantized_tc.gem 1e-3
 tests/golden/codegen_attention_tiny_kv.gem 1e-3
 tests/golden/codegen_attention_fp8.gem 1e-3
 simt:tests/golden/codegen_attention_fp8.gem 1e-3
 tests/codegen/attention_bf16_tc.gem 2e-2 sm_100a
+isolate:tests/codegen/attention_bf16_tc.gem 1 sm_100a
 tests/gpu/models/interact_fp8.gem 1e-5
 tests/golden/codegen_hot_table.gem 1e-5
 tests/golden/codegen_variants.gem 2e-3
@@ -29,7 +33,8 @@ tests/codegen/recompute.gem 1e-4
 tests/codegen/recompute_lookups.gem 1e-4
 defer:models/gem_tiny.gem 1e-4'
 echo "$cases" | awk '{ print NR, $1, $2, ($3 == "" ? "-" : $3) }' |
-  xargs -P "$jobs" -n 4 sh -c 'case "$2" in defer:*) export GEMC_TEST_DEFER_TABLES=1 ;; simt:*) export GEMC_EMU_SIMT=1 ;; esac
+  xargs -P "$jobs" -n 4 sh -c 'case "$2" in defer:*) export GEMC_TEST_DEFER_TABLES=1 ;; simt:*) export GEMC_EMU_SIMT=1 ;;
+      isolate:*) export PLAN_EMU_ISOLATE=1 ;; esac
     arch=$4; [ "$arch" = - ] && arch=
     t0=$(date +%s)
     PLAN_EMU_QUIET=1 tests/codegen/plan_emu.sh "$0" "${2#*:}" "$3" $arch \

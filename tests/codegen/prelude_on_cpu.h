@@ -123,7 +123,8 @@ using std::isinf;
 
 // The attention kernels that need no tensor cores (kernels/attention_simt.cuh,
 // attention_quantized.cuh) run here too: attention.cuh takes its GEMC_ON_CPU branches, and
-// plan_emu.sh points the dynamic shared memory at emu_dynamic_smem (blocks run one at a time).
+// plan_emu.sh points the dynamic shared memory at emu_dynamic_smem (cuda_on_cpu.h; blocks run
+// one at a time).
 #define GEMC_ON_CPU 1
 #define __align__(n) alignas(n)
 struct float2 {
@@ -141,4 +142,3 @@ inline float __fdiv_rn(float a, float b) { return a / b; }
 inline unsigned short cpu_bf16_bits(float x) { return bf16_encode(x); }
 inline float cpu_fp16_value(unsigned short h) { return fp16_decode(h); }
 inline unsigned short cpu_fp16_bits(float x) { return fp16_encode(x); }
-alignas(16) unsigned char emu_dynamic_smem[256 * 1024];
