@@ -309,11 +309,15 @@ __device__ __forceinline__ void attn_query_range(const AttnRows &r, int j0, int 
 
 // ---------------------------------------------------------------------------------------------
 // Shared-memory tiles: rows of DH bf16, 16-byte chunks XOR-swizzled by row so that ldmatrix
-// reads eight rows of one column chunk without bank conflicts.
+// reads eight rows of one column chunk without bank conflicts. XOR keeps a chunk inside its row
+// only when the row's chunk count is a power of two (DH 16, 32, 64, 128); other widths (48, 80,
+// 96, 112) rotate the chunks by the row instead, which keeps them in the row (an XOR there sent
+// chunks past the row's end, onto the next row's, and gave wrong results).
 
 template <int DH> __device__ __forceinline__ int attn_smem_index(int row, int col) {
-  enum { CHUNKS = DH / 8 };
+  enum { CHUNKS = DH / 8, POW2 = (CHUNKS & (CHUNKS - 1)) == 0 };
   int chunk = col >> 3;
+  if (!POW2) return row * DH + (((chunk + row) % CHUNKS) << 3) + (col & 7);
   int x = CHUNKS >= 8 ? (row & 7) : ((row / (8 / CHUNKS)) & (CHUNKS - 1));
   return row * DH + ((chunk ^ x) << 3) + (col & 7);
 }
@@ -326,8 +330,8 @@ __device__ __forceinline__ unsigned attn_smem_addr(const void *p) {
 __device__ __forceinline__ void attn_cp_async16(void *dst, const void *src, bool valid) {
   emu_cp_async16(dst, src, valid);
 }
-__device__ __forceinline__ void attn_cp_async_commit() {}
-template <int N> __device__ __forceinline__ void attn_cp_async_wait() {}
+__device__ __forceinline__ void attn_cp_async_commit() { emu_cp_async_commit(); }
+template <int N> __device__ __forceinline__ void attn_cp_async_wait() { emu_cp_async_wait(N); }
 #else
 __device__ __forceinline__ unsigned attn_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);

@@ -31,7 +31,9 @@ int attn_pma_backward_qrows(const AttnNode *a) {
   if (!a->q_shared || a->simt || a->dh % 16 != 0 || a->q_fixed < 1) return 0;
   for (int qrows = 16; qrows <= 64; qrows *= 2) {
     int col_groups = 4 / (qrows / 16);
-    if (a->q_fixed <= qrows && a->dh >= 16 * col_groups && pma_smem(a->dh, qrows) <= PMA_SMEM_MAX)
+    // each warp's dQ columns (dh / col_groups) a whole number of 16-column mma blocks
+    if (a->q_fixed <= qrows && a->dh % (16 * col_groups) == 0 &&
+        pma_smem(a->dh, qrows) <= PMA_SMEM_MAX)
       return qrows;
   }
   return 0;

@@ -168,15 +168,48 @@ inline void emu_mma_bf16(float *acc, const unsigned *a, const unsigned *b) {
     acc[c] += sum;
   }
 }
-// cp.async.cg.shared.global of 16 bytes, zero-filled when !valid: done at once.
+// cp.async.cg.shared.global of 16 bytes, zero-filled when !valid: the source is read at issue,
+// and the destination written at one of the two ends of what the hardware may do. In odd
+// blocks only when a cp.async.wait_group of the thread covers its group, so a read before the
+// wait (or a wait for too few groups) sees the poisoned shared memory; in even blocks at once,
+// so a copy into a stage that another warp still reads (a missing __syncthreads before the
+// refill) overwrites it.
+struct EmuCopy {
+  unsigned char *dst;
+  unsigned char bytes[16];
+  unsigned group;
+};
+static std::vector<EmuCopy> emu_copies[1024];
+static unsigned emu_copy_groups[1024];  // groups committed by each thread
 inline void emu_cp_async16(void *dst, const void *src, bool valid) {
-  if (valid) memcpy(dst, src, 16);
-  else memset(dst, 0, 16);
+  EmuCopy c;
+  c.dst = (unsigned char *)dst;
+  if (valid) memcpy(c.bytes, src, 16);
+  else memset(c.bytes, 0, 16);
+  if (blockIdx.x % 2 == 0) {
+    memcpy(c.dst, c.bytes, 16);
+    return;
+  }
+  c.group = emu_copy_groups[threadIdx.x];
+  emu_copies[threadIdx.x].push_back(c);
+}
+inline void emu_cp_async_commit() { emu_copy_groups[threadIdx.x]++; }
+// cp.async.wait_group n: every group but the newest n has landed.
+inline void emu_cp_async_wait(unsigned n) {
+  std::vector<EmuCopy> &q = emu_copies[threadIdx.x];
+  unsigned done = emu_copy_groups[threadIdx.x] >= n ? emu_copy_groups[threadIdx.x] - n : 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < q.size(); i++) {
+    if (q[i].group < done) memcpy(q[i].dst, q[i].bytes, 16);
+    else q[kept++] = q[i];
+  }
+  q.resize(kept);
 }
 // ---------------------------------------------------------------------------------------------
 // Hopper
 
 alignas(1024) unsigned char emu_dynamic_smem[256 * 1024];
+static size_t emu_poison_bytes;  // set by the launcher: the launch's dynamic shared memory
 
 inline void emu_st_shared(unsigned at, unsigned v) { memcpy(emu_dynamic_smem + at, &v, 4); }
 inline void emu_red_add(float *p, float v) { *p += v; }
@@ -297,7 +330,13 @@ inline void emu_tma_store(const void *map, int col, int row, unsigned src) {
 // (32-45). K-major, element (row, k) of a 16-wide k-step: rows of 128 bytes, 8-row groups SBO
 // apart, k at 2 bytes from the start (which names the k-step inside the row). MN-major, element
 // (k, col): 8-row (k) groups SBO apart, 64-column blocks LBO apart.
-inline unsigned emu_desc_field(uint64_t d, int shift) { return (unsigned)((d >> shift) & 0x3fff) << 4; }
+inline unsigned emu_desc_field(uint64_t d, int shift) {
+  if (d >> 62 != 1) {  // the layout type: 1 is the 128-byte swizzle, the only one emulated
+    fprintf(stderr, "cuda_on_cpu: wgmma descriptor of layout type %u\n", (unsigned)(d >> 62));
+    abort();
+  }
+  return (unsigned)((d >> shift) & 0x3fff) << 4;
+}
 inline unsigned emu_kmajor_addr(uint64_t d, int row, int k) {
   return emu_swizzle128(emu_desc_field(d, 0) + (row / 8) * emu_desc_field(d, 32) + (row % 8) * 128 + k * 2);
 }
@@ -388,19 +427,30 @@ static void emu_fiber_entry() {
   emu_fibers[t].done = true;
   // uc_link returns to the scheduler.
 }
-// Runs the block's fibers round-robin until all have exited.
+// Runs the block's fibers until all have exited, one warp at a time: the lanes of warp w are
+// resumed round-robin for as long as they make progress (arrive somewhere or exit), and only
+// then warp w + 1. So a warp runs as far ahead of the others as CUDA allows it, up to a
+// barrier that needs them: a missing __syncthreads or wait lets it read what the others have
+// not written yet (NaN-poisoned shared memory), where lockstep warps would hide it.
 static void emu_run_block(unsigned threads) {
   unsigned live = threads;
   while (live > 0) {
-    unsigned long before = emu_progress;
-    for (unsigned t = 0; t < threads; t++) {
-      if (emu_fibers[t].done) continue;
-      emu_cur = t;
-      threadIdx = {t, 0, 0};
-      swapcontext(&emu_scheduler, &emu_fibers[t].ctx);
-      if (emu_fibers[t].done) live--;
+    unsigned long pass = emu_progress;
+    for (unsigned w0 = 0; w0 < threads; w0 += 32) {
+      unsigned w1 = w0 + 32 < threads ? w0 + 32 : threads;
+      for (;;) {
+        unsigned long before = emu_progress;
+        for (unsigned t = w0; t < w1; t++) {
+          if (emu_fibers[t].done) continue;
+          emu_cur = t;
+          threadIdx = {t, 0, 0};
+          swapcontext(&emu_scheduler, &emu_fibers[t].ctx);
+          if (emu_fibers[t].done) live--;
+        }
+        if (emu_progress == before) break;
+      }
     }
-    if (live > 0 && emu_progress == before) {
+    if (live > 0 && emu_progress == pass) {
       fprintf(stderr, "cuda_on_cpu: deadlock in block %u: %u thread(s) wait at a barrier the others "
                       "never reach\n", blockIdx.x, live);
       abort();
@@ -427,6 +477,11 @@ template <class F> void launch(unsigned grid, unsigned threads, F f) {
     block_bar_storage = {threads, 0, 0};
     memset(emu_exchanges, 0, sizeof emu_exchanges);
     memset(emu_group_exchanges, 0, sizeof emu_group_exchanges);
+    memset(emu_copy_groups, 0, sizeof emu_copy_groups);
+    for (unsigned t = 0; t < threads; t++) emu_copies[t].clear();
+    // Shared memory starts as NaN bytes in every block (as much as the launch declared), so a
+    // read of what the block did not write shows, never another block's leftovers.
+    if (emu_poison_bytes) memset(emu_dynamic_smem, 0xff, emu_poison_bytes);
     for (unsigned w = 0; w < (threads + 31) / 32; w++)
       warp_bar_storage[w] = {threads - w * 32 < 32 ? threads - w * 32 : 32, 0, 0};
     for (unsigned w = 0; w < (threads + 127) / 128; w++)

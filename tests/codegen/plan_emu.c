@@ -28,7 +28,7 @@
 #include "synth.h"
 
 void *emu_find(const char *name);
-void emu_launch(void *fn, unsigned grid, unsigned threads, const uint64_t *args);
+void emu_launch(void *fn, unsigned grid, unsigned threads, unsigned smem, const uint64_t *args);
 int emu_max_args(void);  // how many arguments emu_launch passes
 
 // The SMs a persistent launch is dealt for: few, so that every CTA walks several work items.
@@ -170,7 +170,7 @@ static void run_launch(const Launch *l) {
   unsigned grid = l->grid == GRID_TILES ? (unsigned)ntiles
                  : persistent ? (unsigned)(ntiles < EMU_SMS ? ntiles : EMU_SMS)
                               : (unsigned)((size + l->per_block - 1) / l->per_block);
-  if (grid > 0) emu_launch(fn, grid, (unsigned)l->threads, args);
+  if (grid > 0) emu_launch(fn, grid, (unsigned)l->threads, (unsigned)l->smem, args);
   free(tiles);
 }
 
@@ -189,6 +189,23 @@ static void compare(const char *what, const float *want, const char *got, DType 
     printf("%s %-40s relative error %.2e (%lld values)%s\n", ok ? "PASS" : "FAIL", what, rel, (long long)n,
          nan ? " with NaN" : "");
   if (!ok) failures++;
+}
+
+// The outputs that node launches[last].node's launches wrote for nodes with no launch of their
+// own (an attention's dK and dV, written by its dQ node's kernels), checked as their own.
+static void print_node(CpuExec *x, int node);
+static void print_siblings(CpuExec *x, int last) {
+  int node = plan->launches[last].node;
+  for (int m = 0; m < ir->nnodes; m++) {
+    if (m == node) continue;
+    bool own = false, written = false;
+    for (int j = 0; j < plan->nlaunches && !own; j++) own = plan->launches[j].node == m;
+    for (int i = last; !own && !written && i >= 0 && plan->launches[i].node == node; i--)
+      for (int a = 0; a < plan->launches[i].nargs && !written; a++)
+        written = plan->launches[i].args[a].kind == ARG_TENSOR &&
+                  plan->launches[i].args[a].tensor == ir->nodes[m].out;
+    if (written) print_node(x, m);
+  }
 }
 
 // Whether PLAN_EMU_NODE_SKIP (names separated by commas) lists tensor `name`: nodes whose
@@ -210,8 +227,9 @@ static void feed_inputs(CpuExec *x, int node) {
   const Node *n = &ir->nodes[node];
   for (int i = 0; i < n->nins; i++) {
     int t = n->ins[i];
+    if (t < 0) continue;
     const Tensor *tt = &ir->tensors[t];
-    if (t < 0 || tt->layout == LAYOUT_ROWS || plan->tensor_buffer[t] < 0) continue;
+    if (tt->layout == LAYOUT_ROWS || plan->tensor_buffer[t] < 0) continue;
     const void *v = cpu_exec_data(x, t);
     int64_t count = cpu_exec_numel(x, t);
     if (!v || count <= 0) continue;
@@ -327,8 +345,10 @@ int main(int argc, char **argv) {
     int node = p.launches[i].node;
     if (isolate && node >= 0 && (i == 0 || p.launches[i - 1].node != node)) feed_inputs(x, node);
     run_launch(&p.launches[i]);
-    if (nodes && node >= 0 && (i + 1 == p.nlaunches || p.launches[i + 1].node != node))
+    if (nodes && node >= 0 && (i + 1 == p.nlaunches || p.launches[i + 1].node != node)) {
       print_node(x, node);
+      print_siblings(x, i);
+    }
     if (node < 0 || ir->nodes[node].op != OP_TABLE_GRAD) continue;
     if (i + 1 < p.nlaunches && p.launches[i + 1].node == node &&
         !(defer && p.launches[i + 1].optimizer))

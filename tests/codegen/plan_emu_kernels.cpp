@@ -44,8 +44,10 @@ typedef void (*AnyKernel)(uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, uint
 
 extern "C" int emu_max_args(void) { return EMU_MAX_ARGS; }
 
-extern "C" void emu_launch(void *fn, unsigned grid, unsigned threads, const uint64_t *a) {
+extern "C" void emu_launch(void *fn, unsigned grid, unsigned threads, unsigned smem,
+                           const uint64_t *a) {
   AnyKernel k = (AnyKernel)fn;
+  emu_poison_bytes = smem < sizeof emu_dynamic_smem ? smem : sizeof emu_dynamic_smem;
   launch(grid, threads, [&] {
     k(a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7],
       a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15],
