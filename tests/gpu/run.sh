@@ -13,8 +13,11 @@ echo "== the GDPA kernels, every shape, activation and mask, forward and backwar
 # Each in its own process: a kernel fault leaves the CUDA context unusable for the rest of it.
 echo "== gem_tiny end to end: 200 steps on the GPU and on the CPU"
 "$build/tests/gpu/test_gpu_kernels" --e2e models/gem_tiny.gem --steps 200 || failed=$((failed + 1))
+# The CPU-emulated attention models too (tests/codegen): the one-pass PMA backward, head widths
+# 48 and 96, and the mma.sync shapes of attention_bf16_tc, on the real tensor cores.
 for m in models/gem_tiny.gem models/gem_small.gem tests/golden/codegen_attention_fp8.gem tests/golden/codegen_hot_table.gem \
-         tests/gpu/models/*.gem; do
+         tests/gpu/models/*.gem tests/codegen/pma_one_pass.gem tests/codegen/attention_heads_48_96.gem \
+         tests/codegen/attention_bf16_tc.gem; do
   echo "== every kernel of $m against the CPU executor"
   "$build/tests/gpu/test_gpu_kernels" "$m" || failed=$((failed + 1))
 done
