@@ -58,6 +58,11 @@ static const GdpaCase gdpa_test_cases[] = {
     {ATTN_CROSS, ACT_SOFTMAX, false, 0, false, 2, 128, 0, 16, 300, 16, 0.088, 0, 0, 0},
     {ATTN_CROSS, ACT_GELU, false, 0, false, 4, 128, 0, 32, 300, 32, 0.088, 0, 0, 0},
     {ATTN_CROSS, ACT_SILU, false, 0, false, 2, 64, 0, 20, 700, 20, 0.125, 0, 0, 0},
+    // head widths that are multiples of 16 but not powers of two (mma.sync kernels; rows of 6
+    // and 12 chunks: attn_smem_index rotates them), and PMA's one-pass backward at 32 seeds
+    {ATTN_SELF, ACT_SILU, true, 0, false, 2, 48, 0, 0, 300, 300, 0.144, 0, 0, 0},
+    {ATTN_PMA, ACT_SOFTMAX, false, 0, false, 2, 96, 8, 0, 0, 300, 0.1, 0, 0, 0},
+    {ATTN_PMA, ACT_GELU, false, 0, false, 4, 128, 32, 0, 0, 2000, 0.088, 0, 0, 0},
 };
 
 enum { GDPA_NUM_TEST_CASES = (int)(sizeof gdpa_test_cases / sizeof gdpa_test_cases[0]) };
