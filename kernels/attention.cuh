@@ -414,6 +414,16 @@ __device__ __forceinline__ void attn_mma(float *acc, const unsigned *a, const un
 }
 #endif
 
+// An A fragment from score accumulators in registers: k-step kk (16 columns) of a warp's
+// 16-row score tile x (n-blocks of 8 columns, each 4 values: rows g, g, g+8, g+8 at columns
+// 2t, 2t+1), rounded to bf16. The m16n8k16 C and A layouts line up, so no data moves.
+__device__ __forceinline__ void attn_pack_a(unsigned *a, const float (*x)[4], int kk) {
+  a[0] = attn_pack_bf16(x[2 * kk][0], x[2 * kk][1]);
+  a[1] = attn_pack_bf16(x[2 * kk][2], x[2 * kk][3]);
+  a[2] = attn_pack_bf16(x[2 * kk + 1][0], x[2 * kk + 1][1]);
+  a[3] = attn_pack_bf16(x[2 * kk + 1][2], x[2 * kk + 1][3]);
+}
+
 // A fragment: rows [r0, r0+16), cols [c0, c0+16) of a swizzled tile.
 template <int DH>
 __device__ __forceinline__ void attn_load_a(unsigned *a, const bf16_t *tile, int r0, int c0) {

@@ -153,14 +153,9 @@ __device__ __forceinline__ void attn_backward_kv(GT *__restrict__ dk, GT *__rest
     // dV += Pᵀ·dO and dK += dSᵀ·Q, reducing over the tile's queries.
 #pragma unroll
     for (int kk = 0; kk < TILE / 16; kk++) {
-      unsigned frag_p[4] = {attn_pack_bf16(s[2 * kk][0], s[2 * kk][1]),
-                            attn_pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                            attn_pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                            attn_pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      unsigned frag_ds[4] = {attn_pack_bf16(dp[2 * kk][0], dp[2 * kk][1]),
-                             attn_pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
-                             attn_pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                             attn_pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+      unsigned frag_p[4], frag_ds[4];
+      attn_pack_a(frag_p, s, kk);
+      attn_pack_a(frag_ds, dp, kk);
 #pragma unroll
       for (int n2 = 0; n2 < DH / 16; n2++) {
         unsigned frag[4];
@@ -267,10 +262,8 @@ __device__ __forceinline__ void attn_backward_q(GT *__restrict__ dq, i64 batch,
       // dQ += dS·K, reducing over the tile's keys.
 #pragma unroll
       for (int kk = 0; kk < TILE / 16; kk++) {
-        unsigned frag_ds[4] = {attn_pack_bf16(dp[2 * kk][0], dp[2 * kk][1]),
-                               attn_pack_bf16(dp[2 * kk][2], dp[2 * kk][3]),
-                               attn_pack_bf16(dp[2 * kk + 1][0], dp[2 * kk + 1][1]),
-                               attn_pack_bf16(dp[2 * kk + 1][2], dp[2 * kk + 1][3])};
+        unsigned frag_ds[4];
+        attn_pack_a(frag_ds, dp, kk);
 #pragma unroll
         for (int n2 = 0; n2 < DH / 16; n2++) {
           unsigned frag[4];

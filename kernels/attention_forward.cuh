@@ -165,12 +165,7 @@ __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__r
     for (int kk = 0; kk < ATTN_TILE_KV / 16; kk++) {
       unsigned frag_p[MW][4];
 #pragma unroll
-      for (int m = 0; m < MW; m++) {
-        frag_p[m][0] = attn_pack_bf16(s[m][2 * kk][0], s[m][2 * kk][1]);
-        frag_p[m][1] = attn_pack_bf16(s[m][2 * kk][2], s[m][2 * kk][3]);
-        frag_p[m][2] = attn_pack_bf16(s[m][2 * kk + 1][0], s[m][2 * kk + 1][1]);
-        frag_p[m][3] = attn_pack_bf16(s[m][2 * kk + 1][2], s[m][2 * kk + 1][3]);
-      }
+      for (int m = 0; m < MW; m++) attn_pack_a(frag_p[m], s[m], kk);
 #pragma unroll
       for (int n2 = 0; n2 < DH / 16; n2++) {
         unsigned frag_v[4];

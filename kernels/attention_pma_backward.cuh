@@ -81,10 +81,8 @@ __device__ __forceinline__ void attn_pma_key_grad(GT *__restrict__ dst, const fl
   for (int n = 0; n < OUT_BLOCKS; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
   for (int kk = 0; kk < QROWS / 16; kk++) {
-    unsigned frag_a[4] = {attn_pack_bf16(x[2 * kk][0], x[2 * kk][1]),
-                          attn_pack_bf16(x[2 * kk][2], x[2 * kk][3]),
-                          attn_pack_bf16(x[2 * kk + 1][0], x[2 * kk + 1][1]),
-                          attn_pack_bf16(x[2 * kk + 1][2], x[2 * kk + 1][3])};
+    unsigned frag_a[4];
+    attn_pack_a(frag_a, x, kk);
 #pragma unroll
     for (int n2 = 0; n2 < DH / 16; n2++) {
       unsigned frag[4];
