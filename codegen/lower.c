@@ -43,6 +43,16 @@ static void workspace_to_scratch(Lower *L, LaunchArg *a) {
 // into plan scratch.
 static bool lower_attention(Lower *L, int node) {
   int first = L->nlaunches;
+  // The one limit of every GPU attention kernel that sema leaves to codegen (the CPU executor
+  // takes any head width): a head of at most 128 features (docs/attention.md, "Precision").
+  const Node *n = &L->ir->nodes[node];
+  int64_t d = L->ir->tensors[n->ins[1]].width, heads = n->heads > 0 ? n->heads : 1;
+  if (d / heads > 128)
+    return lower_fail(L, node, "a head of d / heads = %lld features (d = %lld, heads = %lld) is "
+                      "wider than the 128 the GPU attention kernels take; use heads = %lld or "
+                      "more (the CPU executor takes any head width)",
+                      (long long)(d / heads), (long long)d, (long long)heads,
+                      (long long)((d + 127) / 128));
   if (!emit_attention(L, node)) return lower_fail(L, node, "the attention emitter refused it");
   for (int i = first; i < L->nlaunches; i++) {
     Launch *l = &L->launches[i];

@@ -67,6 +67,55 @@ __device__ __forceinline__ void sm90_red_add2(float *p, float a, float b) {
 }
 #endif
 
+// fp16 has 5 exponent bits. Without loss scaling, the dS of small gradients falls into its
+// subnormals when it is rounded for the tensor cores, and keeps only a few of its bits (the
+// executor keeps dS in fp32; bf16 has fp32's exponent range and loses only 2^-9 relative). So at
+// fp16 each resident row's dS is scaled by 2^e[row] before rounding, e chosen so that the row's
+// largest |dS| so far lies in [2^14, 2^15): well inside fp16's range, with 28 binades of normal
+// values below it. A later tile whose values need a smaller e scales the row's accumulator
+// (dQ or dK) down to match; the store divides by 2^e. Powers of two, so the scaling is exact:
+// what differs from bf16's path is only fp16's 11-bit significand. Rows are this thread's
+// accumulator rows (value i: row half (i >> 1) & 1), whose 16 streamed columns a thread holds
+// and the quad (t = 0..3) shares.
+enum { SM90_DS_UNSET = 1 << 20, SM90_DS_MAX_EXP = 100 };
+template <int O_REGS>
+__device__ __forceinline__ void sm90_ds_scale_rows(float *ds, float *acc, int *e) {
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SM90_BWD_STREAM / 2; i++)
+      if (((i >> 1) & 1) == half) m = fmaxf(m, fabsf(ds[i]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    int want = SM90_DS_UNSET;
+    if (m > 0.0f && m < ATTN_INF) {  // floor(log2 m), -127 for a subnormal m
+      want = 14 - ((int)((__float_as_uint(m) >> 23) & 0xff) - 127);
+      want = want > SM90_DS_MAX_EXP ? SM90_DS_MAX_EXP : want;
+    }
+    if (want < e[half]) {
+      if (e[half] != SM90_DS_UNSET) {
+        const float down = ldexpf(1.0f, want - e[half]);
+#pragma unroll
+        for (int i = 0; i < O_REGS; i++)
+          if (((i >> 1) & 1) == half) acc[i] *= down;
+      }
+      e[half] = want;
+    }
+    if (e[half] != SM90_DS_UNSET) {
+      const float up = ldexpf(1.0f, e[half]);
+#pragma unroll
+      for (int i = 0; i < SM90_BWD_STREAM / 2; i++)
+        if (((i >> 1) & 1) == half) ds[i] *= up;
+    }
+  }
+}
+
+// The factor that undoes sm90_ds_scale_rows at the store.
+__device__ __forceinline__ float sm90_ds_unscale(int e) {
+  return e == SM90_DS_UNSET ? 1.0f : ldexpf(1.0f, -e);
+}
+
 // One backward work item: the example, the resident tile's first row and head, its rows, and
 // the streamed rows [lo, lo + n * 64).
 struct Sm90BwdItem {
@@ -118,7 +167,9 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
                                                    const int *__restrict__ tiles, int count,
                                                    const float *__restrict__ stats,
                                                    float *__restrict__ dq_acc = 0) {
-  static_assert(!DQ || (KV && DH == 128), "dQ in the dK/dV kernel takes head dim 128");
+  static_assert(!DQ || (KV && DH == 128 && !F16),
+                "dQ in the dK/dV kernel takes head dim 128 and bf16 (fp16's dS is scaled per key "
+                "row, which dQ's sum over the keys cannot undo)");
   enum {
     HALVES = DH / 64,
     RES_HALF = SM90_BWD_RESIDENT * 128,  // bytes of one 64-column half of a resident tile
@@ -214,6 +265,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
     for (int i = 0; i < O_REGS; i++) acc1[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < (KV ? O_REGS : 1); i++) acc2[i] = 0.0f;
+    int ds_exp[2] = {SM90_DS_UNSET, SM90_DS_UNSET};  // F16: sm90_ds_scale_rows
     float2 stat_row[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
     if (!KV && SOFTMAX)
       for (int half = 0; half < 2; half++)
@@ -278,6 +330,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
         x[i] = p;
         y[i] = ds;
       }
+      if (F16) sm90_ds_scale_rows<O_REGS>(y, acc1, ds_exp);
       unsigned pf[4][4], dsf[4][4];  // A fragments of 16 streamed rows each
 #pragma unroll
       for (int kk = 0; kk < 4; kk++)
@@ -357,11 +410,12 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       const int i = row0 + 8 * half;
       if (i >= len) continue;
       const i64 at = (start + i) * r.d + it.h * DH + 2 * t;
+      const float scale1 = F16 ? r.scale * sm90_ds_unscale(ds_exp[half]) : r.scale;
 #pragma unroll
       for (int nb = 0; nb < DH / 8; nb++) {
         if (g1)
-          sm90_store2(g1 + at + 8 * nb, acc1[4 * nb + 2 * half] * r.scale,
-                      acc1[4 * nb + 2 * half + 1] * r.scale);
+          sm90_store2(g1 + at + 8 * nb, acc1[4 * nb + 2 * half] * scale1,
+                      acc1[4 * nb + 2 * half + 1] * scale1);
         if (KV && g2)
           sm90_store2(g2 + at + 8 * nb, acc2[4 * nb + 2 * half], acc2[4 * nb + 2 * half + 1]);
       }

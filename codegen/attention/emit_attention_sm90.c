@@ -95,8 +95,11 @@ bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a) {
          backward_smem(a->dh, 2) <= SM90_MAX_SMEM;
 }
 
+// The atomic dQ takes bf16 only: at fp16 the backward scales each key row's dS
+// (attention_sm90_backward.cuh, sm90_ds_scale_rows), which dQ's sum over the keys cannot undo.
 bool attn_sm90_fused_dq_applies(const Lower *L, const AttnNode *a) {
-  return a->n->sched.deterministic == 2 && a->dh == 128 && attn_sm90_backward_applies(L, a) &&
+  return a->n->sched.deterministic == 2 && a->dh == 128 &&
+         L->ir->tensors[a->k].dtype == DT_BF16 && attn_sm90_backward_applies(L, a) &&
          sm90_attn_backward_dq_smem(a->dh, 2) <= SM90_MAX_SMEM;
 }
 

@@ -8,7 +8,8 @@
 // Each kernel takes a few values of tile_q, tile_kv, tile_m and stages; any other value is an
 // error that lists the ones it takes. zigzag and gelu act on every kernel. deterministic = true
 // is what every kernel does; deterministic = false (dQ added with float atomics inside the
-// dK/dV kernel) acts only on the sm_90a kernel at head dim 128, and is warned about elsewhere.
+// dK/dV kernel) acts only on the sm_90a kernel at bf16 and head dim 128, and is warned about
+// elsewhere.
 #include <inttypes.h>
 #include <string.h>
 
@@ -157,15 +158,15 @@ static void refuse_sm90_stages(Sema *S, const Call *c, Values fit, int64_t dh, i
 void sema_check_attention_schedule(Sema *S, const Call *c, int64_t dh, int64_t kv_set) {
   Pick p = pick_kernel(S, c, dh);
   if (given(c, HINT_DETERMINISTIC) && c->sched.deterministic == 2 &&
-      (p.kernel != KERNEL_SM90 || dh != 128)) {
-    const char *why = p.kernel == KERNEL_SM90
-                          ? sema_fmt(S, " at d / heads = %" PRId64, dh)
-                          : p.why;
+      (p.kernel != KERNEL_SM90 || dh != 128 || c->prec == DT_FP16)) {
+    const char *why = p.kernel != KERNEL_SM90 ? p.why
+                      : dh != 128             ? sema_fmt(S, " at d / heads = %" PRId64, dh)
+                                              : " at fp16";
     // A permission, not a demand: the deterministic kernels are always correct, so a model
     // that asks for the atomic dQ still builds for every target (gemc build --arch ...).
     diag_warning(S->d, c->hint_loc[HINT_DETERMINISTIC], "schedule hint 'deterministic = false' "
                  "has no effect on %s%s: the atomic dQ runs only on the sm_90a attention kernel "
-                 "at d / heads = 128, so this %s keeps the deterministic backward", p.name, why,
+                 "at bf16 and d / heads = 128, so this %s keeps the deterministic backward", p.name, why,
                  c->spec->name);
   }
   bool kv_ok = !given(c, HINT_TILE_KV) || has(takes(p.kernel, HINT_TILE_KV, dh, 0),

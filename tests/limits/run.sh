@@ -117,6 +117,27 @@ wide bytes_max 2147483647 8388608 1; ok bytes_max
 wide bytes_over 2147483647 33554432 1; refused bytes_over check "at most 2^56 bytes"
 wide bytes_overflow 2147483647 2147483647 1; refused bytes_overflow emit "overflows 64 bits"
 
+# A head of at most 128 features on the GPU: sema takes any width (the CPU executor does), and
+# codegen refuses a wider one by name, with the heads that would do.
+for h in 1 2; do
+  cat >"$tmp/head_$h.gem" <<EOF
+model head_$h {
+  batch 4;
+  dim 256;
+  precision bf16;
+  seq hist : id max 40;
+  label click;
+  table items : rows 50;
+  h = embed(items, hist);
+  p = pma(h, seeds = 2, heads = $h);
+  y = linear(flatten(p), 1);
+  loss bce(y, click);
+}
+EOF
+done
+refused head_1 emit "a head of d / heads = 256 features .* use heads = 2 or more"
+ok head_2
+
 # Too large for memory: refused before allocating, exit 1, never 3.
 model rows_2p40 1 2 1099511627776 4 64
 train_refused rows_2p40 "needs .* of memory on the CPU .* available"
