@@ -19,6 +19,7 @@
 #include "internal_error.h"
 #include "kernels_embedded.h"
 #include "lower_ops.h"
+#include "target.h"
 
 
 // table_grad_apply: occurrences loaded ahead of their adds; a table is `hot` when its rows take
@@ -527,18 +528,41 @@ static void lower_rows_apply(Lower *L, int node, int table, int rows) {
   sb_free(&b);
 }
 
-static bool lower_table_grad(Lower *L, int node) {
+// One table's id sort as lower_table_grad plans it: its occurrences, scratch, tiles and passes.
+typedef struct TableSort {
+  int node;
+  SymSize occ;
+  int64_t occ_max;       // at the largest batch
+  int keys[2], vals[2];  // the sort's ping-pong buffers; the gather writes [0]
+  int dbegin, state;     // distinct_begin; the sort state (SORT_STATE_INTS, zeroed first)
+  int tiles, passes;
+} TableSort;
+
+// The tables of one backward whose id sorts share their launches (a kernel's parameters hold
+// six a table).
+enum { SORT_GROUP_MAX = 16 };
+
+// The table a table_grad node trains, seen as its kernels see it: with deferred updates (GPU
+// ranks of several) the sums are written without the optimizer (a frozen table's kernels), and
+// lower_rows_apply applies it after the runtime's merge.
+static const Tensor *grad_table(const Ir *ir, const Node *n, Tensor *frozen, bool *defer) {
+  const Tensor *trained = &ir->tensors[n->ins[0]];
+  *frozen = *trained;
+  *defer = ir->defer_table_updates && trained->optim.kind != OPTIM_NONE;
+  if (*defer) frozen->optim.kind = OPTIM_NONE;
+  return *defer ? frozen : trained;
+}
+
+// 1. The sort's input and state: the ids of every lookup, in use order, with their positions
+// (keys = the ids, vals = 0, 1, 2, ...); the sort state zeroed. False (reported) when the node
+// cannot be planned.
+static bool table_sort_prepare(Lower *L, int node, TableSort *ts) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
-  int table = n->ins[0];
-  const Tensor *trained = &ir->tensors[table];
-  // Deferred updates: the sums are written without the optimizer (a frozen table's kernels),
-  // and lower_rows_apply applies it after the runtime's merge.
-  Tensor frozen = *trained;
-  bool defer = ir->defer_table_updates && trained->optim.kind != OPTIM_NONE;
-  if (defer) frozen.optim.kind = OPTIM_NONE;
-  const Tensor *tt = defer ? &frozen : trained;
-  int64_t dim = tensor_width(ir, table), rows = tt->fixed[0];
+  Tensor frozen;
+  bool defer;
+  const Tensor *tt = grad_table(ir, n, &frozen, &defer);
+  int64_t rows = tt->fixed[0];
   int npairs = (n->nins - 1) / 2;
   // The occurrences: the sum of every pair's ids.
   SymSize occ = sym_const(0);
@@ -548,6 +572,26 @@ static bool lower_table_grad(Lower *L, int node) {
       return lower_fail(L, node, "lookups over two different jagged dims of one table");
     occ = sym_add(occ, r);
   }
+  const int bits = table_grad_constant("RADIX_BITS", 1, 16);
+  const int max_tiles = table_grad_constant("SORT_MAX_TILES", 1, 4096);
+  const int max_passes = table_grad_constant("SORT_MAX_PASSES", 1, 64);
+  int64_t occ_cap[64];
+  for (int j = 0; j < ir->njagged && j < 64; j++) occ_cap[j] = ir->batch * ir->jagged[j].max_len;
+  int64_t occ_max = symsize_eval(occ, ir->batch, occ_cap);
+  if (occ_max >= INT32_MAX / 2)
+    return lower_fail(L, node, "a table's lookups number 2^30 or more in one batch; the id sort "
+                               "counts them in 31 bits");
+  // Each sort kernel is `tiles` blocks of 1024 threads (one block an SM, so every tile is
+  // resident at once, though none needs to be: a block waits only for tiles claimed before
+  // it), at least 1024 occurrences a tile at the largest batch.
+  int tiles = (int)((occ_max + 1023) / 1024);
+  if (tiles > max_tiles) tiles = max_tiles;
+  if (tiles < 1) tiles = 1;
+  int id_bits = 0;
+  while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
+  int passes = id_bits <= bits ? 1 : (id_bits + bits - 1) / bits;
+  if (passes > max_passes) return lower_fail(L, node, "a table of more than 2^62 rows");
+
   if (!L->have_table_grad_kernels) {
     sb_puts(&L->src, "\n// --- table gradients: grouping ids by integer passes (kernels/table_grad.cuh) ---\n");
     sb_puts(&L->src, kernel_table_grad_cuh);
@@ -556,24 +600,24 @@ static bool lower_table_grad(Lower *L, int node) {
   const char *tn = tt->name;
   char sname[300], name[300], id[256];
   ident(id, sizeof id, tn);
+  *ts = (TableSort){.node = node, .occ = occ, .occ_max = occ_max, .tiles = tiles, .passes = passes};
 #define SCRATCH(var, suffix, bytes) \
   snprintf(sname, sizeof sname, "%s.grad.%s", tn, suffix); \
-  int var = lower_new_scratch(L, sname, bytes)
-  SCRATCH(keys0, "keys0", sym_scale(occ, 8));
-  SCRATCH(vals0, "vals0", sym_scale(occ, 4));
-  SCRATCH(keys1, "keys1", sym_scale(occ, 8));
-  SCRATCH(vals1, "vals1", sym_scale(occ, 4));
+  var = lower_new_scratch(L, sname, bytes)
+  SCRATCH(ts->keys[0], "keys0", sym_scale(occ, 8));
+  SCRATCH(ts->vals[0], "vals0", sym_scale(occ, 4));
+  SCRATCH(ts->keys[1], "keys1", sym_scale(occ, 8));
+  SCRATCH(ts->vals[1], "vals1", sym_scale(occ, 4));
   // distinct_begin[U] = n ends the last run: U + 1 entries.
-  SCRATCH(dbegin, "distinct_begin", sym_add(sym_scale(occ, 4), sym_const(4)));
+  SCRATCH(ts->dbegin, "distinct_begin", sym_add(sym_scale(occ, 4), sym_const(4)));
 #undef SCRATCH
 
-  // 1. gather the ids of every lookup, in use order, with their positions: the sort's input.
   snprintf(name, sizeof name, "table_grad_gather_%s", id);
   lower_comment(L, node, "gather the ids of every lookup and their positions");
   KernelBuilder kb;
   kb_begin(&kb, L, node, name, occ, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
-  kb_scratch(&kb, "i64", "keys", keys0, true);
-  kb_scratch(&kb, "int", "vals", vals0, true);
+  kb_scratch(&kb, "i64", "keys", ts->keys[0], true);
+  kb_scratch(&kb, "int", "vals", ts->vals[0], true);
   StrBuf b = {0};
   sb_puts(&b, "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup\n");
   pair_args(&kb, ir, n, npairs, "ids", 1);
@@ -583,78 +627,198 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   kb_end(&kb, b.data);
   sb_free(&b);
+  return true;
+}
 
-  // 2. a stable radix sort of the occurrences by id, RADIX_BITS (8) bits a pass, as many passes
-  // as the row count needs; then the runs of equal ids. Hand-written kernels
-  // (kernels/table_grad.cuh) shared by every table; kb_end_existing checks each launch's
-  // arguments against the kernel's parameters. Nothing here walks the table's rows. Each
-  // kernel is one launch of `tiles` blocks of 1024 threads (one block an SM, so every tile is
-  // resident at once, though none needs to be: a block waits only for tiles claimed before it),
-  // at least 1024 occurrences a tile at the largest batch.
-  const int bits = table_grad_constant("RADIX_BITS", 1, 16);
-  const int buckets = 1 << bits;
+// The sort state of ts->tiles tiles, zeroed: the tile counters, the long-run count, every
+// pass's digit histogram and the tiles' published totals.
+static void table_sort_state(Lower *L, TableSort *ts) {
+  const int buckets = 1 << table_grad_constant("RADIX_BITS", 1, 16);
   const int max_tiles = table_grad_constant("SORT_MAX_TILES", 1, 4096);
   const int max_passes = table_grad_constant("SORT_MAX_PASSES", 1, 64);
   const int pass_totals = table_grad_constant("SORT_COUNTERS", 1, 1024) + max_passes * buckets + max_tiles;
+  const int64_t state_bytes = 4 * ((int64_t)pass_totals + (int64_t)ts->passes * ts->tiles * buckets);
+  char sname[300];
+  snprintf(sname, sizeof sname, "%s.grad.sort_state", L->ir->tensors[L->ir->nodes[ts->node].ins[0]].name);
+  ts->state = lower_new_scratch(L, sname, sym_const(state_bytes));
+  Launch *zero = lower_new_launch(L, LAUNCH_ZERO, ts->node);
+  zero->zero_arg = (LaunchArg){.kind = ARG_SCRATCH, .tensor = -1, .slot = ts->state, .jag = -1,
+                               .tiles = -1};
+  zero->zero_bytes = sym_const(state_bytes);
+}
+
+// A shared sort's tiles: every table's blocks in one wave of the target's SMs (a sort block of
+// 1024 threads at 64 registers takes a whole SM's registers), shared in proportion to the
+// tables' occurrences at the largest batch, at least one each. A tile of more occurrences costs
+// a block little more (its warps walk their ranges 32 at a time, bound by latency), while a
+// second wave would wait for the first.
+static void table_sort_share_tiles(Lower *L, TableSort *ts, int n) {
+  const Target *tg = target_find(L->p->target);
+  int sms = tg && tg->num_sms > 0 ? tg->num_sms : 132;
+  int64_t all = 0;
+  int tiles = 0;
+  for (int t = 0; t < n; t++) all += ts[t].occ_max, tiles += ts[t].tiles;
+  if (tiles <= sms || n > sms) return;
+  for (int t = 0; t < n; t++) {
+    int64_t share = all > 0 ? (int64_t)(sms - n) * ts[t].occ_max / all : 0;
+    int want = 1 + (int)share;  // sums to at most sms
+    if (want < ts[t].tiles) ts[t].tiles = want;
+  }
+}
+
+// 2. A stable radix sort of each table's occurrences by id, RADIX_BITS (8) bits a pass, as many
+// passes as its row count needs; then the runs of equal ids. Hand-written kernels
+// (kernels/table_grad.cuh) shared by every table; nothing here walks a table's rows.
+// One table: the extern "C" kernels, whose arguments kb_end_existing checks against their
+// parameters. Several (one sort launch for several tables): the sorts are independent, so each
+// step (the histogram, every pass, the runs) is one generated launch that gives table t its
+// own `tiles` blocks and calls the kernels' __device__ bodies with its arguments; a table
+// whose passes are done sits out the later passes. Each table still claims, sums and
+// publishes its own tiles in its own state, so the bits are those of its own launches.
+static void table_sort_single(Lower *L, const TableSort *ts) {
+  int node = ts->node;
+  KernelBuilder kb;
+  kb_begin_existing(&kb, L, node, "table_grad_radix_histogram", sym_const(ts->tiles), 1, 1024);
+  kb_scratch(&kb, "int", "state", ts->state, true);
+  kb_scratch(&kb, "i64", "keys", ts->keys[0], false);
+  kb_size(&kb, "n", ts->occ);
+  kb_int(&kb, "passes", ts->passes);
+  kb_end_existing(&kb);
+  for (int pass = 0; pass < ts->passes; pass++) {
+    int in = pass & 1, out = in ^ 1;
+    kb_begin_existing(&kb, L, node, "table_grad_radix_pass", sym_const(ts->tiles), 1, 1024);
+    kb_scratch(&kb, "i64", "keys_out", ts->keys[out], true);
+    kb_scratch(&kb, "int", "vals_out", ts->vals[out], true);
+    kb_scratch(&kb, "i64", "keys", ts->keys[in], false);
+    kb_scratch(&kb, "int", "vals", ts->vals[in], false);
+    kb_scratch(&kb, "int", "state", ts->state, true);
+    kb_size(&kb, "n", ts->occ);
+    kb_int(&kb, "pass", pass);
+    kb_end_existing(&kb);
+  }
+  kb_begin_existing(&kb, L, node, "table_grad_runs", sym_const(ts->tiles), 1, 1024);
+  kb_tensor_typed(&kb, "i64", "rows_tensor", L->ir->nodes[node].out, true);
+  kb_scratch(&kb, "int", "distinct_begin", ts->dbegin, true);
+  kb_scratch(&kb, "i64", "keys", ts->keys[ts->passes & 1], false);
+  kb_scratch(&kb, "int", "state", ts->state, true);
+  kb_size(&kb, "n", ts->occ);
+  kb_end_existing(&kb);
+}
+
+// The steps of a shared sort launch.
+typedef enum SortStep { STEP_HISTOGRAM, STEP_PASS, STEP_RUNS } SortStep;
+
+static void table_sort_shared_step(Lower *L, const TableSort *ts, int n, const char *tables,
+                                   SortStep step, int pass) {
+  const Ir *ir = L->ir;
+  char name[300], what[300], p[64];
+  const char *kernel = step == STEP_HISTOGRAM ? "radix_histogram" : step == STEP_PASS ? "radix_pass" : "runs";
+  if (step == STEP_PASS) snprintf(name, sizeof name, "table_grad_%s%d_%s", kernel, pass, tables);
+  else snprintf(name, sizeof name, "table_grad_%s_%s", kernel, tables);
+  int blocks = 0;
+  for (int t = 0; t < n; t++)
+    if (step != STEP_PASS || pass < ts[t].passes) blocks += ts[t].tiles;
+  // (short: the kernel's name lists the tables, and the text after the name says what else)
+  snprintf(what, sizeof what, "%s, %d tables' sorts in one launch",
+           step == STEP_HISTOGRAM ? "digit histograms" : step == STEP_PASS ? "radix pass" : "id runs",
+           n);
+  lower_comment(L, ts[0].node, what);
+  KernelBuilder kb;
+  kb_begin(&kb, L, ts[0].node, name, sym_const(blocks), 1, 1024);
+  StrBuf b = {0};
+  sb_puts(&b, "  const int block = (int)blockIdx.x;  // every table's blocks in turn\n");
+  int base = 0;
+  for (int t = 0; t < n; t++) {
+    const TableSort *s = &ts[t];
+    if (step == STEP_PASS && pass >= s->passes) continue;
+    int in = pass & 1, out = in ^ 1;
+    if (step == STEP_HISTOGRAM) {
+      snprintf(p, sizeof p, "state%d", t), kb_scratch(&kb, "int", p, s->state, true);
+      snprintf(p, sizeof p, "keys%d", t), kb_scratch(&kb, "i64", p, s->keys[0], false);
+      snprintf(p, sizeof p, "n%d", t), kb_size(&kb, p, s->occ);
+      sb_printf(&b, "  if (block < %d) {\n"
+                    "    radix_histogram_block(state%d, keys%d, n%d, %d, block - %d, %d);\n"
+                    "    return;\n  }\n",
+                base + s->tiles, t, t, t, s->passes, base, s->tiles);
+    } else if (step == STEP_PASS) {
+      snprintf(p, sizeof p, "keys_out%d", t), kb_scratch(&kb, "i64", p, s->keys[out], true);
+      snprintf(p, sizeof p, "vals_out%d", t), kb_scratch(&kb, "int", p, s->vals[out], true);
+      snprintf(p, sizeof p, "keys%d", t), kb_scratch(&kb, "i64", p, s->keys[in], false);
+      snprintf(p, sizeof p, "vals%d", t), kb_scratch(&kb, "int", p, s->vals[in], false);
+      snprintf(p, sizeof p, "state%d", t), kb_scratch(&kb, "int", p, s->state, true);
+      snprintf(p, sizeof p, "n%d", t), kb_size(&kb, p, s->occ);
+      sb_printf(&b, "  if (block < %d) {\n"
+                    "    radix_pass_tile(keys_out%d, vals_out%d, keys%d, vals%d, state%d, n%d, %d, %d);\n"
+                    "    return;\n  }\n",
+                base + s->tiles, t, t, t, t, t, t, pass, s->tiles);
+    } else {
+      snprintf(p, sizeof p, "rows_tensor%d", t);
+      kb_tensor_typed(&kb, "i64", p, ir->nodes[s->node].out, true);
+      snprintf(p, sizeof p, "distinct_begin%d", t), kb_scratch(&kb, "int", p, s->dbegin, true);
+      snprintf(p, sizeof p, "keys%d", t), kb_scratch(&kb, "i64", p, s->keys[s->passes & 1], false);
+      snprintf(p, sizeof p, "state%d", t), kb_scratch(&kb, "int", p, s->state, true);
+      snprintf(p, sizeof p, "n%d", t), kb_size(&kb, p, s->occ);
+      sb_printf(&b, "  if (block < %d) {\n"
+                    "    runs_tile(rows_tensor%d, distinct_begin%d, keys%d, state%d, n%d, %d);\n"
+                    "    return;\n  }\n",
+                base + s->tiles, t, t, t, t, t, s->tiles);
+    }
+    base += s->tiles;
+  }
+  kb_end(&kb, b.data);
+  sb_free(&b);
+}
+
+static void table_sort_shared(Lower *L, const TableSort *ts, int n) {
+  // The kernels' names end with the tables' (`items_acts_tagt`), or their count when long.
+  char tables[160] = "", id[256];
+  for (int t = 0; t < n; t++) {
+    ident(id, sizeof id, L->ir->tensors[L->ir->nodes[ts[t].node].ins[0]].name);
+    if (strlen(tables) + strlen(id) + 2 > sizeof tables) {
+      snprintf(tables, sizeof tables, "%d_tables", n);
+      break;
+    }
+    if (t) strcat(tables, "_");
+    strcat(tables, id);
+  }
+  int passes = 0;
+  for (int t = 0; t < n; t++) passes = ts[t].passes > passes ? ts[t].passes : passes;
+  table_sort_shared_step(L, ts, n, tables, STEP_HISTOGRAM, 0);
+  for (int pass = 0; pass < passes; pass++) table_sort_shared_step(L, ts, n, tables, STEP_PASS, pass);
+  table_sort_shared_step(L, ts, n, tables, STEP_RUNS, 0);
+}
+
+// 3. Sum each distinct id's run, write the row, apply the optimizer.
+// A table whose rows take many occurrences each (a small one such as gem_small's 64-row
+// `acts`, about 1,500 each) cuts a run longer than SPLIT_MIN over `blocks` blocks
+// (table_grad_parts), each splitting its part again into GROUPS summed in parallel, and the
+// apply kernel adds an id's blocks in order (deterministic; a run of at most SPLIT_MIN is
+// summed in occurrence order as the CPU executor does, the same bits). Other tables get a
+// warp per id; a run longer than SPLIT_MIN there (a popular item of a large table) is put on
+// a list instead, and a second kernel of LONG_BLOCKS blocks sums those runs as the hot
+// table's blocks do: one warp walking a run of thousands was most of the kernel's time
+// (docs/perf.md).
+static void table_grad_apply(Lower *L, const TableSort *ts) {
+  const Ir *ir = L->ir;
+  int node = ts->node;
+  const Node *n = &ir->nodes[node];
+  int table = n->ins[0];
+  Tensor frozen;
+  bool defer;
+  const Tensor *tt = grad_table(ir, n, &frozen, &defer);
+  int64_t dim = tensor_width(ir, table), rows = tt->fixed[0];
+  int npairs = (n->nins - 1) / 2;
+  SymSize occ = ts->occ;
   int64_t occ_cap[64];
   for (int j = 0; j < ir->njagged && j < 64; j++) occ_cap[j] = ir->batch * ir->jagged[j].max_len;
   int64_t occ_max = symsize_eval(occ, ir->batch, occ_cap);
-  if (occ_max >= INT32_MAX / 2)
-    return lower_fail(L, node, "a table's lookups number 2^30 or more in one batch; the id sort "
-                               "counts them in 31 bits");
-  int tiles = (int)((occ_max + 1023) / 1024);
-  if (tiles > max_tiles) tiles = max_tiles;
-  if (tiles < 1) tiles = 1;
-  int id_bits = 0;
-  while (id_bits < 62 && ((int64_t)1 << id_bits) < rows) id_bits++;
-  int passes = id_bits <= bits ? 1 : (id_bits + bits - 1) / bits;
-  if (passes > max_passes) return lower_fail(L, node, "a table of more than 2^62 rows");
-  snprintf(sname, sizeof sname, "%s.grad.sort_state", tn);
-  const int64_t state_bytes = 4 * ((int64_t)pass_totals + (int64_t)passes * tiles * buckets);
-  int state = lower_new_scratch(L, sname, sym_const(state_bytes));
-  Launch *zero = lower_new_launch(L, LAUNCH_ZERO, node);
-  zero->zero_arg = (LaunchArg){.kind = ARG_SCRATCH, .tensor = -1, .slot = state, .jag = -1,
-                               .tiles = -1};
-  zero->zero_bytes = sym_const(state_bytes);
-  kb_begin_existing(&kb, L, node, "table_grad_radix_histogram", sym_const(tiles), 1, 1024);
-  kb_scratch(&kb, "int", "state", state, true);
-  kb_scratch(&kb, "i64", "keys", keys0, false);
-  kb_size(&kb, "n", occ);
-  kb_int(&kb, "passes", passes);
-  kb_end_existing(&kb);
-  int keys_in = keys0, vals_in = vals0, keys_out = keys1, vals_out = vals1;
-  for (int pass = 0; pass < passes; pass++) {
-    kb_begin_existing(&kb, L, node, "table_grad_radix_pass", sym_const(tiles), 1, 1024);
-    kb_scratch(&kb, "i64", "keys_out", keys_out, true);
-    kb_scratch(&kb, "int", "vals_out", vals_out, true);
-    kb_scratch(&kb, "i64", "keys", keys_in, false);
-    kb_scratch(&kb, "int", "vals", vals_in, false);
-    kb_scratch(&kb, "int", "state", state, true);
-    kb_size(&kb, "n", occ);
-    kb_int(&kb, "pass", pass);
-    kb_end_existing(&kb);
-    int k = keys_in, v = vals_in;
-    keys_in = keys_out, vals_in = vals_out, keys_out = k, vals_out = v;
-  }
-  int sorted = vals_in;  // occurrence indices grouped by id, each group in occurrence order
-  kb_begin_existing(&kb, L, node, "table_grad_runs", sym_const(tiles), 1, 1024);
-  kb_tensor_typed(&kb, "i64", "rows_tensor", n->out, true);
-  kb_scratch(&kb, "int", "distinct_begin", dbegin, true);
-  kb_scratch(&kb, "i64", "keys", keys_in, false);
-  kb_scratch(&kb, "int", "state", state, true);
-  kb_size(&kb, "n", occ);
-  kb_end_existing(&kb);
+  int sorted = ts->vals[ts->passes & 1];  // occurrence indices grouped by id, each group in order
+  const char *tn = tt->name;
+  char sname[300], name[300], id[256];
+  ident(id, sizeof id, tn);
+  KernelBuilder kb;
+  StrBuf b;
 
-  // 7. sum each distinct id's run, write the row, apply the optimizer.
-  // A table whose rows take many occurrences each (a small one such as gem_small's 64-row
-  // `acts`, about 1,500 each) cuts a run longer than SPLIT_MIN over `blocks` blocks
-  // (table_grad_parts), each splitting its part again into GROUPS summed in parallel, and the
-  // apply kernel adds an id's blocks in order (deterministic; a run of at most SPLIT_MIN is
-  // summed in occurrence order as the CPU executor does, the same bits). Other tables get a
-  // warp per id; a run longer than SPLIT_MIN there (a popular item of a large table) is put on
-  // a list instead, and a second kernel of LONG_BLOCKS blocks sums those runs as the hot
-  // table's blocks do: one warp walking a run of thousands was most of the kernel's time
-  // (docs/perf.md).
   int64_t gcols = dim < 1024 ? (dim + 31) / 32 * 32 : 1024;
   bool hot = rows > 0 && occ_max / rows >= HOT_OCCURRENCES;
   int parts = gcols <= 512 ? (int)(1024 / gcols) : 1;  // a block's groups for long runs
@@ -686,7 +850,7 @@ static bool lower_table_grad(Lower *L, int node) {
     kb_begin(&kb, L, node, name, sym_const(rows * blocks), 1, (int)gcols * parts);
     kb_tensor_typed(&kb, "i64", "rows_grad", n->out, false);  // its header: U
     kb_scratch(&kb, "int", "sorted", sorted, false);
-    kb_scratch(&kb, "int", "distinct_begin", dbegin, false);
+    kb_scratch(&kb, "int", "distinct_begin", ts->dbegin, false);
     pair_args(&kb, ir, n, npairs, "dy", 2);
     kb_scratch(&kb, "float", "part_sums", part_sums, true);
     b = (StrBuf){0};
@@ -706,11 +870,11 @@ static bool lower_table_grad(Lower *L, int node) {
              warp ? APPLY_WARPS * 32 : (int)gcols * parts);
   ApplyKernel apply = k;
   if (blocks > 1) apply.parts = 1;  // one group of gcols threads adds the blocks' sums
-  apply_args(&kb, &apply, n->out, table, o.kind, sorted, dbegin, occ);
+  apply_args(&kb, &apply, n->out, table, o.kind, sorted, ts->dbegin, occ);
   if (blocks > 1) kb_scratch(&kb, "float", "part_sums", part_sums, false);
   if (warp) {
     kb_scratch(&kb, "int", "long_runs", long_list, true);
-    kb_scratch_part(&kb, "int", "sort_state", state, true, 4);  // its SORT_LONG_COUNT
+    kb_scratch_part(&kb, "int", "sort_state", ts->state, true, 4);  // its SORT_LONG_COUNT
   }
   b = (StrBuf){0};
   if (warp) emit_warp_apply(&b, &k, tt);
@@ -719,24 +883,46 @@ static bool lower_table_grad(Lower *L, int node) {
   sb_free(&b);
   if (!warp) {
     if (defer) lower_rows_apply(L, node, table, n->out);
-    return true;
+    return;
   }
 
-  // 8. the listed long runs: LONG_BLOCKS blocks, each taking ids c, c + LONG_BLOCKS, ...
+  // The listed long runs: LONG_BLOCKS blocks, each taking ids c, c + LONG_BLOCKS, ...
   snprintf(name, sizeof name, "table_grad_apply_long_%s", id);
   snprintf(what, sizeof what, "the long runs, summed in parts, then %s",
            optim_name(o.kind));
   lower_comment(L, node, what);
   kb_begin(&kb, L, node, name, sym_const(LONG_BLOCKS), 1, LONG_WARPS * 32);
-  apply_args(&kb, &k, n->out, table, o.kind, sorted, dbegin, occ);
+  apply_args(&kb, &k, n->out, table, o.kind, sorted, ts->dbegin, occ);
   kb_scratch(&kb, "int", "long_runs", long_list, false);
-  kb_scratch_part(&kb, "int", "sort_state", state, false, 4);
+  kb_scratch_part(&kb, "int", "sort_state", ts->state, false, 4);
   b = (StrBuf){0};
   emit_long_apply(&b, &k, tt);
   kb_end(&kb, b.data);
   sb_free(&b);
   if (defer) lower_rows_apply(L, node, table, n->out);
-  return true;
+}
+
+// The table_grad nodes from `node` on that follow one another in the backward (autodiff puts
+// every table's after the last lookup gradient) are lowered together: each table's gather,
+// then their sorts' shared launches, then each table's apply.
+static bool lower_table_grad(Lower *L, int node) {
+  const Ir *ir = L->ir;
+  TableSort ts[SORT_GROUP_MAX];
+  int n = 0;
+  bool ok = true;
+  for (int m = node; m < ir->nnodes && n < SORT_GROUP_MAX && ir->nodes[m].op == OP_TABLE_GRAD &&
+                     (m == node || !L->done[m]);
+       m++) {
+    if (m != node) L->done[m] = true;
+    if (table_sort_prepare(L, m, &ts[n])) n++;
+    else ok = false;
+  }
+  if (n > 1) table_sort_share_tiles(L, ts, n);
+  for (int t = 0; t < n; t++) table_sort_state(L, &ts[t]);
+  if (n == 1) table_sort_single(L, &ts[0]);
+  else if (n > 1) table_sort_shared(L, ts, n);
+  for (int t = 0; t < n; t++) table_grad_apply(L, &ts[t]);
+  return ok;
 }
 
 bool lower_sparse(Lower *L, int node) {

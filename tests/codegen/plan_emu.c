@@ -340,10 +340,14 @@ int main(int argc, char **argv) {
   // A table's rows gradient is dead once its optimizer has run (its buffer goes to later
   // values), so keep a copy of it right after the last launch of its table_grad node.
   char **rows_copy = calloc((size_t)ir->ntensors, sizeof *rows_copy);
+  bool *fed = calloc((size_t)ir->nnodes + 1, sizeof *fed);
   for (int i = 0; i < p.nlaunches; i++) {
     if (defer && p.launches[i].optimizer) continue;
     int node = p.launches[i].node;
-    if (isolate && node >= 0 && (i == 0 || p.launches[i - 1].node != node)) feed_inputs(x, node);
+    // Fed at the node's first launch only: the shared table sorts interleave several
+    // table_grad nodes' launches, and an input dead after a node's first launches (its ids,
+    // after the gather) may by then hold another node's scratch.
+    if (isolate && node >= 0 && !fed[node]) feed_inputs(x, node), fed[node] = true;
     run_launch(&p.launches[i]);
     if (nodes && node >= 0 && (i + 1 == p.nlaunches || p.launches[i + 1].node != node)) {
       print_node(x, node);

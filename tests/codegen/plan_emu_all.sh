@@ -26,6 +26,7 @@ isolate:tests/codegen/attention_bf16_tc.gem 1 sm_100a
 isolate:tests/codegen/attention_heads_48_96.gem 1 sm_100a
 tests/gpu/models/interact_fp8.gem 1e-5
 tests/golden/codegen_hot_table.gem 1e-5
+tests/codegen/table_sort_shared.gem 1e-5
 tests/golden/codegen_variants.gem 2e-3
 tests/golden/codegen_small.gem 2e-2
 tests/codegen/attention_mx_head16.gem 1e-3

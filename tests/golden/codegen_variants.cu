@@ -809,6 +809,11 @@ add_g_grad(float *__restrict__ out,
 // them is the count of lower lanes. Tiles, warps and lanes keep the occurrences' order, so every
 // pass is stable; it is integer arithmetic in a fixed order, so reruns are bit-identical.
 // Integer atomics only count (a tile's claim, histogram sums): their order changes no result.
+// Each kernel's body is a __device__ function of the block's place and the launch's tile count,
+// so that the lowering can run several tables' sorts in one launch a step (the tables of one
+// backward are independent): a generated kernel gives each table its own range of blocks and
+// calls these with that table's arguments (codegen/ops/lower_sparse.c, "one sort launch for
+// several tables"). The extern "C" kernels below are the one-table launches.
 
 // 8 bits a pass: a 4M-row table sorts in 3 passes. The lowering (codegen/ops/lower_sparse.c)
 // reads RADIX_BITS and SORT_MAX_TILES from this line.
@@ -833,15 +838,15 @@ __device__ __forceinline__ int radix_digit(i64 key, i64 shift) {
 
 // The block's place in the order: the next tile, claimed from counter *next (the tiles before
 // it were claimed by blocks already running). Then the warp's range [lo, hi) of it: the
-// occurrences split evenly over gridDim.x tiles of SORT_WARPS warps.
+// occurrences split evenly over `tiles` tiles of SORT_WARPS warps.
 __device__ __forceinline__ int sort_claim_tile(int *next) {
   __shared__ int tile;
   if (threadIdx.x == 0) tile = atomicAdd(next, 1);
   __syncthreads();
   return tile;
 }
-__device__ __forceinline__ void sort_warp_range(i64 n, int tile, i64 *lo, i64 *hi) {
-  const i64 warps = (i64)gridDim.x * SORT_WARPS, per = (n + warps - 1) / warps;
+__device__ __forceinline__ void sort_warp_range(i64 n, int tile, int tiles, i64 *lo, i64 *hi) {
+  const i64 warps = (i64)tiles * SORT_WARPS, per = (n + warps - 1) / warps;
   const i64 at = ((i64)tile * SORT_WARPS + threadIdx.x / WARP_SIZE) * per;
   *lo = at < n ? at : n;
   *hi = at + per < n ? at + per : n;
@@ -874,17 +879,18 @@ __device__ __forceinline__ void sort_publish_total(int *total, int value) {
   *(volatile unsigned *)total = SORT_PUBLISHED | (unsigned)value;
 }
 
-// state[SORT_HISTOGRAMS + p * RADIX_BUCKETS + b] += the occurrences whose pass-p digit is b.
-extern "C" __global__ void __launch_bounds__(SORT_THREADS)
-table_grad_radix_histogram(int *__restrict__ state, const i64 *__restrict__ keys, i64 n,
-                           i64 passes) {
+// state[SORT_HISTOGRAMS + p * RADIX_BUCKETS + b] += the occurrences whose pass-p digit is b:
+// block `block` of `blocks`, grid-striding.
+__device__ __forceinline__ void radix_histogram_block(int *__restrict__ state,
+                                                      const i64 *__restrict__ keys, i64 n,
+                                                      i64 passes, int block, int blocks) {
   __shared__ int in_block[SORT_MAX_PASSES * RADIX_BUCKETS];
   for (int k = threadIdx.x; k < SORT_MAX_PASSES * RADIX_BUCKETS; k += SORT_THREADS) in_block[k] = 0;
   __syncthreads();
   const int lane = threadIdx.x % WARP_SIZE;
-  const i64 stride = (i64)gridDim.x * SORT_THREADS;
+  const i64 stride = (i64)blocks * SORT_THREADS;
   // Warp-uniform steps (the match needs the whole warp); the lanes of one digit add once.
-  for (i64 g = (i64)blockIdx.x * SORT_THREADS + threadIdx.x - lane; g < n; g += stride) {
+  for (i64 g = (i64)block * SORT_THREADS + threadIdx.x - lane; g < n; g += stride) {
     const i64 i = g + lane;
     const i64 key = i < n ? keys[i] : 0;
     for (int p = 0; p < passes; p++) {
@@ -899,11 +905,20 @@ table_grad_radix_histogram(int *__restrict__ state, const i64 *__restrict__ keys
     if (in_block[k]) atomicAdd(&state[SORT_HISTOGRAMS + k], in_block[k]);
 }
 
-// One stable pass over digit `pass` (bits [8 pass, 8 pass + 8) of the key).
 extern "C" __global__ void __launch_bounds__(SORT_THREADS)
-table_grad_radix_pass(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
-                      const i64 *__restrict__ keys, const int *__restrict__ vals,
-                      int *__restrict__ state, i64 n, i64 pass) {
+table_grad_radix_histogram(int *__restrict__ state, const i64 *__restrict__ keys, i64 n,
+                           i64 passes) {
+  radix_histogram_block(state, keys, n, passes, (int)blockIdx.x, (int)gridDim.x);
+}
+
+// One stable pass over digit `pass` (bits [8 pass, 8 pass + 8) of the key): one of `tiles`
+// blocks, which takes the next tile.
+__device__ __forceinline__ void radix_pass_tile(i64 *__restrict__ keys_out,
+                                                int *__restrict__ vals_out,
+                                                const i64 *__restrict__ keys,
+                                                const int *__restrict__ vals,
+                                                int *__restrict__ state, i64 n, i64 pass,
+                                                int tiles) {
   // place[w][b]: warp w's count of digit b, then where its next occurrence of b goes.
   __shared__ int place[SORT_WARPS][RADIX_BUCKETS];
   __shared__ int digit_start[RADIX_BUCKETS], earlier[SORT_THREADS / RADIX_BUCKETS][RADIX_BUCKETS];
@@ -913,7 +928,7 @@ table_grad_radix_pass(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
   for (int k = threadIdx.x; k < SORT_WARPS * RADIX_BUCKETS; k += SORT_THREADS) places[k] = 0;
   const int tile = sort_claim_tile(&state[pass]);  // (its __syncthreads orders the zeroing)
   i64 lo, hi;
-  sort_warp_range(n, tile, &lo, &hi);
+  sort_warp_range(n, tile, tiles, &lo, &hi);
   // 1. the warp's digit counts, SORT_AHEAD steps of keys loaded before they are counted
   for (i64 g = lo; g < hi; g += SORT_AHEAD * WARP_SIZE) {
     int digit[SORT_AHEAD];
@@ -933,7 +948,7 @@ table_grad_radix_pass(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
   __syncthreads();
   // 2. per digit: the warps' exclusive scan, the tile's total published; the digit's start in
   // the output from the histogram (Hillis-Steele over the 256 digits)
-  int *totals = state + SORT_PASS_TOTALS + ((i64)pass * gridDim.x + tile) * RADIX_BUCKETS;
+  int *totals = state + SORT_PASS_TOTALS + ((i64)pass * tiles + tile) * RADIX_BUCKETS;
   if (threadIdx.x < RADIX_BUCKETS) {
     const int b = threadIdx.x;
     int run = 0;
@@ -956,7 +971,7 @@ table_grad_radix_pass(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
   // 3. the totals of the tiles before this one: thread (q, b) adds tiles q, q + 4, ... of digit b
   {
     const int b = threadIdx.x % RADIX_BUCKETS, q = threadIdx.x / RADIX_BUCKETS;
-    const int *first = state + SORT_PASS_TOTALS + (i64)pass * gridDim.x * RADIX_BUCKETS;
+    const int *first = state + SORT_PASS_TOTALS + (i64)pass * tiles * RADIX_BUCKETS;
     earlier[q][b] =
         sort_sum_totals(first + b, q, tile, SORT_THREADS / RADIX_BUCKETS, RADIX_BUCKETS);
   }
@@ -997,20 +1012,28 @@ table_grad_radix_pass(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
   }
 }
 
+extern "C" __global__ void __launch_bounds__(SORT_THREADS)
+table_grad_radix_pass(i64 *__restrict__ keys_out, int *__restrict__ vals_out,
+                      const i64 *__restrict__ keys, const int *__restrict__ vals,
+                      int *__restrict__ state, i64 n, i64 pass) {
+  radix_pass_tile(keys_out, vals_out, keys, vals, state, n, pass, (int)gridDim.x);
+}
+
 __device__ __forceinline__ bool run_starts(const i64 *keys, i64 i, i64 hi) {
   return i < hi && (i == 0 || keys[i] != keys[i - 1]);
 }
 
 // The runs of equal ids of the sorted keys: rows_tensor[0] = U, rows_tensor[1 + r] = run r's
-// id, distinct_begin[r] = where it begins, distinct_begin[U] = n.
-extern "C" __global__ void __launch_bounds__(SORT_THREADS)
-table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
-                const i64 *__restrict__ keys, int *__restrict__ state, i64 n) {
+// id, distinct_begin[r] = where it begins, distinct_begin[U] = n. One of `tiles` blocks.
+__device__ __forceinline__ void runs_tile(i64 *__restrict__ rows_tensor,
+                                          int *__restrict__ distinct_begin,
+                                          const i64 *__restrict__ keys, int *__restrict__ state,
+                                          i64 n, int tiles) {
   __shared__ int before_warp[SORT_WARPS], before_tile;
   const int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
   const int tile = sort_claim_tile(&state[SORT_MAX_PASSES]);
   i64 lo, hi;
-  sort_warp_range(n, tile, &lo, &hi);
+  sort_warp_range(n, tile, tiles, &lo, &hi);
   int in_warp = 0;
   for (i64 g = lo; g < hi; g += WARP_SIZE)
     in_warp += __popc(__ballot_sync(0xffffffffu, run_starts(keys, g + lane, hi)));
@@ -1031,7 +1054,7 @@ table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
     for (int off = 16; off > 0; off /= 2) earlier += __shfl_xor_sync(0xffffffffu, earlier, off);
     if (lane == 0) {
       before_tile = earlier;
-      if (tile == (int)gridDim.x - 1) {  // the last tile knows U
+      if (tile == tiles - 1) {  // the last tile knows U
         rows_tensor[0] = earlier + run;
         distinct_begin[earlier + run] = (int)n;
       }
@@ -1052,6 +1075,12 @@ table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
   }
 }
 
+extern "C" __global__ void __launch_bounds__(SORT_THREADS)
+table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
+                const i64 *__restrict__ keys, int *__restrict__ state, i64 n) {
+  runs_tile(rows_tensor, distinct_begin, keys, state, n, (int)gridDim.x);
+}
+
 // codegen_variants.gem:13:3 table_grad gather the ids of every lookup and their positions (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(256)
@@ -1064,7 +1093,87 @@ table_grad_gather_ads(i64 *__restrict__ keys,
   if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
   k -= n0;
 }
-#line 1068 "model.cu"
+#line 1097 "model.cu"
+
+// codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
+//     table geos : rows 5;
+// launches table_grad_gather_ads (the same kernel) with this op's arguments
+
+// codegen_variants.gem:13:3 table_grad digit histograms, 2 tables' sorts in one launch (bwd)
+//     table ads  : rows 20, optim sgd(lr = 0.2);
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_radix_histogram_ads_geos(int *__restrict__ state0,
+    const i64 *__restrict__ keys0,
+    i64 n0,
+    int *__restrict__ state1,
+    const i64 *__restrict__ keys1,
+    i64 n1) {
+#line 13 "codegen_variants.gem"
+  const int block = (int)blockIdx.x;  // every table's blocks in turn
+  if (block < 1) {
+    radix_histogram_block(state0, keys0, n0, 1, block - 0, 1);
+    return;
+  }
+  if (block < 2) {
+    radix_histogram_block(state1, keys1, n1, 1, block - 1, 1);
+    return;
+  }
+}
+#line 1123 "model.cu"
+
+// codegen_variants.gem:13:3 table_grad radix pass, 2 tables' sorts in one launch (bwd)
+//     table ads  : rows 20, optim sgd(lr = 0.2);
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_radix_pass0_ads_geos(i64 *__restrict__ keys_out0,
+    int *__restrict__ vals_out0,
+    const i64 *__restrict__ keys0,
+    const int *__restrict__ vals0,
+    int *__restrict__ state0,
+    i64 n0,
+    i64 *__restrict__ keys_out1,
+    int *__restrict__ vals_out1,
+    const i64 *__restrict__ keys1,
+    const int *__restrict__ vals1,
+    int *__restrict__ state1,
+    i64 n1) {
+#line 13 "codegen_variants.gem"
+  const int block = (int)blockIdx.x;  // every table's blocks in turn
+  if (block < 1) {
+    radix_pass_tile(keys_out0, vals_out0, keys0, vals0, state0, n0, 0, 1);
+    return;
+  }
+  if (block < 2) {
+    radix_pass_tile(keys_out1, vals_out1, keys1, vals1, state1, n1, 0, 1);
+    return;
+  }
+}
+#line 1151 "model.cu"
+
+// codegen_variants.gem:13:3 table_grad id runs, 2 tables' sorts in one launch (bwd)
+//     table ads  : rows 20, optim sgd(lr = 0.2);
+extern "C" __global__ void __launch_bounds__(1024)
+table_grad_runs_ads_geos(i64 *__restrict__ rows_tensor0,
+    int *__restrict__ distinct_begin0,
+    const i64 *__restrict__ keys0,
+    int *__restrict__ state0,
+    i64 n0,
+    i64 *__restrict__ rows_tensor1,
+    int *__restrict__ distinct_begin1,
+    const i64 *__restrict__ keys1,
+    int *__restrict__ state1,
+    i64 n1) {
+#line 13 "codegen_variants.gem"
+  const int block = (int)blockIdx.x;  // every table's blocks in turn
+  if (block < 1) {
+    runs_tile(rows_tensor0, distinct_begin0, keys0, state0, n0, 1);
+    return;
+  }
+  if (block < 2) {
+    runs_tile(rows_tensor1, distinct_begin1, keys1, state1, n1, 1);
+    return;
+  }
+}
+#line 1177 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1141,7 +1250,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1145 "model.cu"
+#line 1254 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1211,11 +1320,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1215 "model.cu"
-
-// codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
-//     table geos : rows 5;
-// launches table_grad_gather_ads (the same kernel) with this op's arguments
+#line 1324 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1299,7 +1404,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1303 "model.cu"
+#line 1408 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1375,7 +1480,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1379 "model.cu"
+#line 1484 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1429,4 +1534,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1433 "model.cu"
+#line 1538 "model.cu"

@@ -182,8 +182,14 @@ static void test_codegen_table_grad_has_no_float_atomics(void **state) {
                        count(f->p.source, "atomicAdd(&in_block[") + count(f->p.source, "atomicAdd(&state[SORT_HISTOGRAMS"));
   assert_int_equal(count(f->p.source, "atomicAdd(next, 1)"), 1);
   assert_non_null(find_kernel(&f->p, "table_grad_apply_long_items"));
-  assert_non_null(find_kernel(&f->p, "table_grad_radix_pass"));
-  assert_non_null(find_kernel(&f->p, "table_grad_runs"));
+  // The model's two tables (items, tagt: 100 and 50 rows, one pass each) sort in shared
+  // launches: one histogram, one pass, one runs launch, and no one-table sort launch.
+  assert_non_null(find_kernel(&f->p, "table_grad_radix_histogram_items_tagt"));
+  assert_non_null(find_kernel(&f->p, "table_grad_radix_pass0_items_tagt"));
+  assert_null(find_kernel(&f->p, "table_grad_radix_pass1_items_tagt"));
+  assert_non_null(find_kernel(&f->p, "table_grad_runs_items_tagt"));
+  assert_null(find_kernel(&f->p, "table_grad_radix_pass"));
+  assert_null(find_kernel(&f->p, "table_grad_runs"));
   assert_null(find_kernel(&f->p, "table_grad_sort"));
   assert_null(find_kernel(&f->p, "table_grad_count"));
   assert_non_null(find_kernel(&f->p, "table_grad_apply_items"));
