@@ -881,10 +881,7 @@ static void table_grad_apply(Lower *L, const TableSort *ts) {
   else emit_block_apply(&b, &apply, tt);
   kb_end(&kb, b.data);
   sb_free(&b);
-  if (!warp) {
-    if (defer) lower_rows_apply(L, node, table, n->out);
-    return;
-  }
+  if (!warp) return;
 
   // The listed long runs: LONG_BLOCKS blocks, each taking ids c, c + LONG_BLOCKS, ...
   snprintf(name, sizeof name, "table_grad_apply_long_%s", id);
@@ -899,21 +896,24 @@ static void table_grad_apply(Lower *L, const TableSort *ts) {
   emit_long_apply(&b, &k, tt);
   kb_end(&kb, b.data);
   sb_free(&b);
-  if (defer) lower_rows_apply(L, node, table, n->out);
 }
 
 // The table_grad nodes from `node` on that follow one another in the backward (autodiff puts
 // every table's after the last lookup gradient) are lowered together: each table's gather,
-// then their sorts' shared launches, then each table's apply.
+// then their sorts' shared launches, then each table's apply (and, with deferred updates, the
+// optimizer launches after them all). Every launch of the group is the first node's, covering
+// the group's nodes (Launch.nfused), so that whoever runs a node's launches (the tests that
+// check node by node) runs the group whole.
 static bool lower_table_grad(Lower *L, int node) {
   const Ir *ir = L->ir;
   TableSort ts[SORT_GROUP_MAX];
-  int n = 0;
+  int n = 0, first = L->nlaunches, last_node = node;
   bool ok = true;
   for (int m = node; m < ir->nnodes && n < SORT_GROUP_MAX && ir->nodes[m].op == OP_TABLE_GRAD &&
                      (m == node || !L->done[m]);
        m++) {
     if (m != node) L->done[m] = true;
+    last_node = m;
     if (table_sort_prepare(L, m, &ts[n])) n++;
     else ok = false;
   }
@@ -922,6 +922,17 @@ static bool lower_table_grad(Lower *L, int node) {
   if (n == 1) table_sort_single(L, &ts[0]);
   else if (n > 1) table_sort_shared(L, ts, n);
   for (int t = 0; t < n; t++) table_grad_apply(L, &ts[t]);
+  for (int i = first; i < L->nlaunches; i++) {
+    L->launches[i].node = node;
+    L->launches[i].nfused = last_node - node + 1;
+  }
+  for (int t = 0; t < n; t++) {
+    const Node *g = &ir->nodes[ts[t].node];
+    Tensor frozen;
+    bool defer;
+    grad_table(ir, g, &frozen, &defer);
+    if (defer) lower_rows_apply(L, ts[t].node, g->ins[0], g->out);
+  }
   return ok;
 }
 

@@ -142,6 +142,19 @@ void memplan_build(Plan *p) {
   if (ir->loss >= 0) last_t[ir->loss] = nl;
   for (int i = 0; i < ir->nforward; i++)
     if (ir->nodes[i].op == OP_BCE && last_t[ir->nodes[i].ins[0]] >= 0) last_t[ir->nodes[i].ins[0]] = nl;
+  // A run of launches that covers several nodes (Launch.nfused; the tables whose id sorts share
+  // launches) keeps every covered node's output to the run's end, where whoever checks node by
+  // node reads them all (plan_emu, test_gpu_kernels).
+  for (int li = 0; li < nl; li++) {
+    const Launch *l = &p->launches[li];
+    if (l->nfused <= 1 || l->node < 0 || (li > 0 && p->launches[li - 1].node == l->node)) continue;
+    int end = li;
+    while (end + 1 < nl && p->launches[end + 1].node == l->node) end++;
+    for (int k = l->node; k < l->node + l->nfused && k < ir->nnodes; k++) {
+      int t = ir->nodes[k].out;
+      if (t >= 0 && last_t[t] >= 0 && last_t[t] < end) last_t[t] = end;
+    }
+  }
 
   Builder b = {p, NULL, 0, 0, NULL};
   p->tensor_buffer = arena_alloc(p->arena, (size_t)(nt + 1) * sizeof *p->tensor_buffer);

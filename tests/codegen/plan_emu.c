@@ -344,10 +344,13 @@ int main(int argc, char **argv) {
   for (int i = 0; i < p.nlaunches; i++) {
     if (defer && p.launches[i].optimizer) continue;
     int node = p.launches[i].node;
-    // Fed at the node's first launch only: the shared table sorts interleave several
-    // table_grad nodes' launches, and an input dead after a node's first launches (its ids,
-    // after the gather) may by then hold another node's scratch.
-    if (isolate && node >= 0 && !fed[node]) feed_inputs(x, node), fed[node] = true;
+    // Fed at the node's first launch only (with the nodes the launch covers): an input dead
+    // after a node's first launches (a table's ids, after the gather) may by then hold
+    // another table's sort state, and feeding it again would corrupt that.
+    if (isolate && node >= 0 && !fed[node]) {
+      for (int k = node; k < node + p.launches[i].nfused && k < ir->nnodes; k++) feed_inputs(x, k);
+      fed[node] = true;
+    }
     run_launch(&p.launches[i]);
     if (nodes && node >= 0 && (i + 1 == p.nlaunches || p.launches[i + 1].node != node)) {
       print_node(x, node);
@@ -357,10 +360,15 @@ int main(int argc, char **argv) {
     if (i + 1 < p.nlaunches && p.launches[i + 1].node == node &&
         !(defer && p.launches[i + 1].optimizer))
       continue;
-    int t = ir->nodes[node].out;
-    size_t bytes = (size_t)eval(plan_tensor_bytes(&p, t));
-    rows_copy[t] = malloc(bytes);
-    memcpy(rows_copy[t], tensor_ptr(t), bytes);
+    // The tables whose sorts share launches are one group of launches, the first node's,
+    // covering the others (Launch.nfused).
+    for (int k = node; k < node + p.launches[i].nfused && k < ir->nnodes; k++) {
+      if (ir->nodes[k].op != OP_TABLE_GRAD || rows_copy[ir->nodes[k].out]) continue;
+      int t = ir->nodes[k].out;
+      size_t bytes = (size_t)eval(plan_tensor_bytes(&p, t));
+      rows_copy[t] = malloc(bytes);
+      memcpy(rows_copy[t], tensor_ptr(t), bytes);
+    }
   }
 
   if (defer) {

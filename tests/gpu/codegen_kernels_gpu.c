@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_driver.h"
+#include "kernel_builder.h"  // tensor_rows
 #include "load_model.h"
 #include "memplan.h"
 #include "numerics.h"
@@ -163,9 +164,42 @@ static void check_embed_pool(const int64_t *offs, const int64_t *ids) {
 }
 
 // --- table_grad + row-wise Adagrad --------------------------------------------------------
+// The launches that cover table_grad node `node`: the tables whose id sorts share launches are
+// one run of launches of the first table's node, covering the others (Launch.nfused). The
+// other tables of that run get valid ids and zero gradients, so that their part of the run
+// stays inside their tables (their results are not checked here).
+static bool covers(const Launch *l, int node) {
+  return l->node >= 0 && node >= l->node && node < l->node + (l->nfused > 0 ? l->nfused : 1);
+}
+
+static void feed_other_tables(int node) {
+  const Ir *ir = plan->ir;
+  int first = -1;
+  for (int i = 0; i < plan->nlaunches && first < 0; i++)
+    if (covers(&plan->launches[i], node) && !plan->launches[i].optimizer) first = i;
+  if (first < 0) return;
+  const Launch *l = &plan->launches[first];
+  for (int k = l->node; k < l->node + l->nfused; k++) {
+    const Node *n = &ir->nodes[k];
+    if (k == node || n->op != OP_TABLE_GRAD) continue;
+    int64_t rows = ir->tensors[n->ins[0]].fixed[0];
+    for (int a = 1; a + 1 < n->nins; a += 2) {
+      int ids_t = n->ins[a], dy_t = n->ins[a + 1];
+      int64_t count = symsize_eval(tensor_rows(ir, ids_t), B, totals);
+      int64_t *v = malloc((size_t)(count + 1) * 8);
+      for (int64_t i = 0; i < count; i++) v[i] = (int64_t)(uniform() * (double)rows) % rows;
+      if (count > 0) CHECK(cu->cuMemcpyHtoD(tensor_ptr(ids_t), v, (size_t)count * 8));
+      free(v);
+      size_t bytes = (size_t)symsize_eval(plan_tensor_bytes(plan, dy_t), B, totals);
+      if (bytes > 0) CHECK(cu->cuMemsetD8Async(tensor_ptr(dy_t), 0, bytes, NULL));
+    }
+  }
+}
+
 static void run_table_grad(int node) {
+  feed_other_tables(node);
   for (int i = 0; i < plan->nlaunches; i++)
-    if (plan->launches[i].node == node && !plan->launches[i].optimizer) run_launch(&plan->launches[i]);
+    if (covers(&plan->launches[i], node) && !plan->launches[i].optimizer) run_launch(&plan->launches[i]);
   CHECK(cu->cuCtxSynchronize());
 }
 

@@ -244,6 +244,22 @@ static void check_memplan(const Plan *p) {
     if (k == TENSOR_INPUT || k == TENSOR_LABEL) first[t] = -1;
     if (t == ir->loss) last[t] = p->nlaunches;
   }
+  // A run of launches covering several nodes (the tables whose id sorts share launches) keeps
+  // each covered node's output to the run's end, where node-by-node checks read them.
+  int groups = 0;
+  for (int li = 0; li < p->nlaunches; li++) {
+    const Launch *l = &p->launches[li];
+    if (l->nfused <= 1 || l->node < 0 || l->kind != LAUNCH_KERNEL) continue;
+    int end = li;
+    while (end + 1 < p->nlaunches && p->launches[end + 1].node == l->node) end++;
+    for (int k = l->node; k < l->node + l->nfused; k++) {
+      int t = ir->nodes[k].out;
+      if (ir->nodes[k].op == OP_TABLE_GRAD) groups++;
+      if (last[t] >= 0 && last[t] < end) last[t] = end;
+    }
+    li = end;
+  }
+  assert_true(groups >= 2);  // both models share their tables' sorts
   for (int s = 0; s < p->nscratch; s++) {
     buf[ir->ntensors + s] = p->scratch[s].buffer;
     live_range(p, ARG_SCRATCH, s, &first[ir->ntensors + s], &last[ir->ntensors + s]);
