@@ -809,9 +809,7 @@ static void table_grad_apply(Lower *L, const TableSort *ts) {
   int64_t dim = tensor_width(ir, table), rows = tt->fixed[0];
   int npairs = (n->nins - 1) / 2;
   SymSize occ = ts->occ;
-  int64_t occ_cap[64];
-  for (int j = 0; j < ir->njagged && j < 64; j++) occ_cap[j] = ir->batch * ir->jagged[j].max_len;
-  int64_t occ_max = symsize_eval(occ, ir->batch, occ_cap);
+  int64_t occ_max = ts->occ_max;
   int sorted = ts->vals[ts->passes & 1];  // occurrence indices grouped by id, each group in order
   const char *tn = tt->name;
   char sname[300], name[300], id[256];
