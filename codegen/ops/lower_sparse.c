@@ -535,6 +535,7 @@ typedef struct TableSort {
   int64_t occ_max;       // at the largest batch
   int keys[2], vals[2];  // the sort's ping-pong buffers; the gather writes [0]
   int dbegin, state;     // distinct_begin; the sort state (SORT_STATE_INTS, zeroed first)
+  int64_t state_bytes;
   int tiles, passes;
 } TableSort;
 
@@ -598,8 +599,7 @@ static bool table_sort_prepare(Lower *L, int node, TableSort *ts) {
     L->have_table_grad_kernels = true;
   }
   const char *tn = tt->name;
-  char sname[300], name[300], id[256];
-  ident(id, sizeof id, tn);
+  char sname[300];
   *ts = (TableSort){.node = node, .occ = occ, .occ_max = occ_max, .tiles = tiles, .passes = passes};
 #define SCRATCH(var, suffix, bytes) \
   snprintf(sname, sizeof sname, "%s.grad.%s", tn, suffix); \
@@ -612,10 +612,21 @@ static bool table_sort_prepare(Lower *L, int node, TableSort *ts) {
   SCRATCH(ts->dbegin, "distinct_begin", sym_add(sym_scale(occ, 4), sym_const(4)));
 #undef SCRATCH
 
+  return true;
+}
+
+// One table's gather: the ids of every lookup into the sort's keys, their positions into its
+// values (a thread an occurrence).
+static void table_sort_gather(Lower *L, const TableSort *ts) {
+  const Ir *ir = L->ir;
+  const Node *n = &ir->nodes[ts->node];
+  int npairs = (n->nins - 1) / 2;
+  char name[300], id[256];
+  ident(id, sizeof id, ir->tensors[n->ins[0]].name);
   snprintf(name, sizeof name, "table_grad_gather_%s", id);
-  lower_comment(L, node, "gather the ids of every lookup and their positions");
+  lower_comment(L, ts->node, "gather the ids of every lookup and their positions");
   KernelBuilder kb;
-  kb_begin(&kb, L, node, name, occ, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  kb_begin(&kb, L, ts->node, name, ts->occ, ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
   kb_scratch(&kb, "i64", "keys", ts->keys[0], true);
   kb_scratch(&kb, "int", "vals", ts->vals[0], true);
   StrBuf b = {0};
@@ -627,24 +638,96 @@ static bool table_sort_prepare(Lower *L, int node, TableSort *ts) {
   }
   kb_end(&kb, b.data);
   sb_free(&b);
-  return true;
 }
 
-// The sort state of ts->tiles tiles, zeroed: the tile counters, the long-run count, every
-// pass's digit histogram and the tiles' published totals.
+// The sort state of ts->tiles tiles (zeroed before the sort: the tile counters, the long-run
+// count, every pass's digit histogram and the tiles' published totals).
 static void table_sort_state(Lower *L, TableSort *ts) {
   const int buckets = 1 << table_grad_constant("RADIX_BITS", 1, 16);
   const int max_tiles = table_grad_constant("SORT_MAX_TILES", 1, 4096);
   const int max_passes = table_grad_constant("SORT_MAX_PASSES", 1, 64);
   const int pass_totals = table_grad_constant("SORT_COUNTERS", 1, 1024) + max_passes * buckets + max_tiles;
-  const int64_t state_bytes = 4 * ((int64_t)pass_totals + (int64_t)ts->passes * ts->tiles * buckets);
+  ts->state_bytes = 4 * ((int64_t)pass_totals + (int64_t)ts->passes * ts->tiles * buckets);
   char sname[300];
   snprintf(sname, sizeof sname, "%s.grad.sort_state", L->ir->tensors[L->ir->nodes[ts->node].ins[0]].name);
-  ts->state = lower_new_scratch(L, sname, sym_const(state_bytes));
+  ts->state = lower_new_scratch(L, sname, sym_const(ts->state_bytes));
+}
+
+// One table: its gather, then a memset of its sort state.
+static void table_sort_input(Lower *L, const TableSort *ts) {
+  table_sort_gather(L, ts);
   Launch *zero = lower_new_launch(L, LAUNCH_ZERO, ts->node);
   zero->zero_arg = (LaunchArg){.kind = ARG_SCRATCH, .tensor = -1, .slot = ts->state, .jag = -1,
                                .tiles = -1};
-  zero->zero_bytes = sym_const(state_bytes);
+  zero->zero_bytes = sym_const(ts->state_bytes);
+}
+
+// Several tables: every gather and every state's zeroing in one launch of a grid-stride loop
+// over the tables' occurrences, then their states' words (3 + 2 lookups arguments a table; a
+// group whose arguments would pass SORT_INPUT_ARGS keeps a gather and a memset a table).
+// Returns false when it did not fit.
+enum { SORT_INPUT_ARGS = 64, SORT_INPUT_BLOCKS_PER_SM = 8 };
+static bool table_sort_shared_input(Lower *L, const TableSort *ts, int n, const char *tables) {
+  const Ir *ir = L->ir;
+  int args = 0;
+  for (int t = 0; t < n; t++) args += 3 + 2 * ((ir->nodes[ts[t].node].nins - 1) / 2);
+  if (args > SORT_INPUT_ARGS) return false;
+  const Target *tg = target_find(L->p->target);
+  int sms = tg && tg->num_sms > 0 ? tg->num_sms : 132;
+  int64_t threads = (int64_t)sms * SORT_INPUT_BLOCKS_PER_SM * ELEMENTWISE_THREADS;
+  char name[300], p[64], what[200], id[256];
+  snprintf(name, sizeof name, "table_grad_gather_%s", tables);
+  snprintf(what, sizeof what, "gather the lookup ids of %d tables and zero their sort states", n);
+  lower_comment(L, ts[0].node, what);
+  KernelBuilder kb;
+  kb_begin(&kb, L, ts[0].node, name, sym_const(threads), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+  StrBuf b = {0};
+  sb_puts(&b, "  const i64 stride = (i64)gridDim.x * blockDim.x;\n");
+  StrBuf total = {0};
+  for (int t = 0; t < n; t++) {
+    const Node *g = &ir->nodes[ts[t].node];
+    int npairs = (g->nins - 1) / 2;
+    snprintf(p, sizeof p, "keys%d", t), kb_scratch(&kb, "i64", p, ts[t].keys[0], true);
+    snprintf(p, sizeof p, "vals%d", t), kb_scratch(&kb, "int", p, ts[t].vals[0], true);
+    snprintf(p, sizeof p, "state%d", t), kb_scratch(&kb, "int", p, ts[t].state, true);
+    sb_printf(&b, "  const i64 occ%d = ", t);
+    for (int k = 0; k < npairs; k++) {
+      snprintf(p, sizeof p, "ids%d_%d", t, k), kb_tensor_in(&kb, p, g->ins[1 + 2 * k]);
+      snprintf(p, sizeof p, "n%d_%d", t, k), kb_size(&kb, p, tensor_rows(ir, g->ins[1 + 2 * k]));
+      sb_printf(&b, "%sn%d_%d", k ? " + " : "", t, k);
+    }
+    sb_puts(&b, npairs ? ";\n" : "0;\n");
+    sb_printf(&total, "occ%d + ", t);
+  }
+  int64_t words = 0;
+  for (int t = 0; t < n; t++) words += ts[t].state_bytes / 4;
+  sb_printf(&b, "  const i64 total = %s%lld;  // the occurrences, then the states' words\n",
+            total.data ? total.data : "", (long long)words);
+  sb_free(&total);
+  sb_puts(&b, "  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {\n"
+              "    i64 k = i;\n");
+  for (int t = 0; t < n; t++) {
+    const Node *g = &ir->nodes[ts[t].node];
+    int npairs = (g->nins - 1) / 2;
+    ident(id, sizeof id, ir->tensors[g->ins[0]].name);
+    sb_printf(&b, "    if (k < occ%d) {  // @%s: its lookups' ids\n      i64 j = k;\n", t, id);
+    for (int k = 0; k < npairs; k++) {
+      sb_printf(&b, "      if (j < n%d_%d) { keys%d[k] = ids%d_%d[j]; vals%d[k] = (int)k; continue; }\n",
+                t, k, t, t, k, t);
+      if (k + 1 < npairs) sb_printf(&b, "      j -= n%d_%d;\n", t, k);
+    }
+    sb_printf(&b, "    }\n    k -= occ%d;\n", t);
+  }
+  for (int t = 0; t < n; t++) {
+    ident(id, sizeof id, ir->tensors[ir->nodes[ts[t].node].ins[0]].name);
+    sb_printf(&b, "    if (k < %lld) { state%d[k] = 0; continue; }  // @%s's sort state\n",
+              (long long)(ts[t].state_bytes / 4), t, id);
+    if (t + 1 < n) sb_printf(&b, "    k -= %lld;\n", (long long)(ts[t].state_bytes / 4));
+  }
+  sb_puts(&b, "  }\n");
+  kb_end(&kb, b.data);
+  sb_free(&b);
+  return true;
 }
 
 // A shared sort's tiles: every table's blocks in one wave of the target's SMs (a sort block of
@@ -769,18 +852,22 @@ static void table_sort_shared_step(Lower *L, const TableSort *ts, int n, const c
   sb_free(&b);
 }
 
-static void table_sort_shared(Lower *L, const TableSort *ts, int n) {
-  // The kernels' names end with the tables' (`items_acts_tagt`), or their count when long.
-  char tables[160] = "", id[256];
+// The shared launches' names end with the tables' (`items_acts_tagt`), or their count when long.
+static void table_sort_names(Lower *L, const TableSort *ts, int n, char *tables, size_t size) {
+  char id[256];
+  tables[0] = '\0';
   for (int t = 0; t < n; t++) {
     ident(id, sizeof id, L->ir->tensors[L->ir->nodes[ts[t].node].ins[0]].name);
-    if (strlen(tables) + strlen(id) + 2 > sizeof tables) {
-      snprintf(tables, sizeof tables, "%d_tables", n);
-      break;
+    if (strlen(tables) + strlen(id) + 2 > size) {
+      snprintf(tables, size, "%d_tables", n);
+      return;
     }
     if (t) strcat(tables, "_");
     strcat(tables, id);
   }
+}
+
+static void table_sort_shared(Lower *L, const TableSort *ts, int n, const char *tables) {
   int passes = 0;
   for (int t = 0; t < n; t++) passes = ts[t].passes > passes ? ts[t].passes : passes;
   table_sort_shared_step(L, ts, n, tables, STEP_HISTOGRAM, 0);
@@ -917,8 +1004,12 @@ static bool lower_table_grad(Lower *L, int node) {
   }
   if (n > 1) table_sort_share_tiles(L, ts, n);
   for (int t = 0; t < n; t++) table_sort_state(L, &ts[t]);
+  char tables[160];
+  table_sort_names(L, ts, n, tables, sizeof tables);
+  if (n == 1 || !table_sort_shared_input(L, ts, n, tables))
+    for (int t = 0; t < n; t++) table_sort_input(L, &ts[t]);
   if (n == 1) table_sort_single(L, &ts[0]);
-  else if (n > 1) table_sort_shared(L, ts, n);
+  else if (n > 1) table_sort_shared(L, ts, n, tables);
   for (int t = 0; t < n; t++) table_grad_apply(L, &ts[t]);
   for (int i = first; i < L->nlaunches; i++) {
     L->launches[i].node = node;

@@ -1,6 +1,8 @@
-// table_grad_emu.cpp: runs kernels/table_grad.cuh and the generated gather/apply kernels of
-// @tagt in tests/golden/codegen_small.gem on the CPU (cuda_on_cpu.h) and compares the rows
-// gradient, the updated bf16 table and the Adagrad state with a CPU reference, bit for bit.
+// table_grad_emu.cpp: runs kernels/table_grad.cuh and the generated apply kernels of @tagt in
+// tests/golden/codegen_small.gem on the CPU (cuda_on_cpu.h) and compares the rows gradient, the
+// updated bf16 table and the Adagrad state with a CPU reference, bit for bit. (The model's
+// gather is one launch for both tables, with their state zeroing; plan_emu checks it, and here
+// the host lays out its output: the ids, and their positions.)
 // tests/codegen/table_grad_emu.sh builds it; the arguments are occurrences, table rows and the
 // id range: table_grad_emu N ROWS SPREAD.
 #include "cuda_on_cpu.h"
@@ -32,7 +34,7 @@ int main(int argc, char **argv) {
   if (tiles > SORT_MAX_TILES) tiles = SORT_MAX_TILES;
   if (tiles < 1) tiles = 1;
   std::vector<int> state(SORT_PASS_TOTALS + passes * tiles * RADIX_BUCKETS, 0);
-  launch(grid(n, 256), 256, [&] { table_grad_gather_tagt(keys0.data(), vals0.data(), ids.data(), n); });
+  for (i64 i = 0; i < n; i++) keys0[i] = ids[i], vals0[i] = (int)i;
   launch(tiles, 1024, [&] { table_grad_radix_histogram(state.data(), keys0.data(), n, passes); });
   i64 *kin = keys0.data(), *kout = keys1.data();
   int *vin = vals0.data(), *vout = vals1.data();

@@ -1,6 +1,6 @@
 #!/bin/sh
 # tests/codegen/table_grad_emu.sh: the deterministic table gradient, checked without a GPU.
-# Emits tests/golden/codegen_small.gem, extracts the generated gather and apply kernels of
+# Emits tests/golden/codegen_small.gem, extracts the generated apply kernels of
 # @tagt, compiles them with kernels/table_grad.cuh over cuda_on_cpu.h (C++20, ucontext fibers)
 # and runs them on several batches (one id, none, many duplicates, several 1024-occurrence
 # tiles; tables of 16, 50 or 70, 3000, 9000 and 100000 rows: 1, 2 and 3 radix passes);
@@ -16,9 +16,9 @@ if ! command -v "$CXX" >/dev/null 2>&1; then echo "table_grad_emu: SKIP: no C++ 
 "$gemc" emit tests/golden/codegen_small.gem >"$tmp/model.cu" || exit 1
 lib=$(dirname "$gemc")/libgemc.a  # the CPU executor's rounding functions
 sed 's/extern "C"//' kernels/table_grad.cuh >"$tmp/table_grad_kernels.inc"
-{ awk '/^table_grad_gather_tagt\(/,/^}/' "$tmp/model.cu"; awk '/^table_grad_apply_tagt\(/,/^}/' "$tmp/model.cu"
+{ awk '/^table_grad_apply_tagt\(/,/^}/' "$tmp/model.cu"
   awk '/^table_grad_apply_long_tagt\(/,/^}/' "$tmp/model.cu"; } |
-  sed 's/^table_grad_\(gather\|apply\|apply_long\)_tagt(/void table_grad_\1_tagt(/' >"$tmp/table_grad_generated.inc"
+  sed 's/^table_grad_\(apply\|apply_long\)_tagt(/void table_grad_\1_tagt(/' >"$tmp/table_grad_generated.inc"
 if ! "$CXX" -std=c++20 -O1 -pthread -w -Itests/codegen -I"$tmp" -o "$tmp/emu" tests/codegen/table_grad_emu.cpp "$lib" -lm 2>"$tmp/cxx.err"; then
   if grep -q "barrier" "$tmp/cxx.err"; then echo "table_grad_emu: SKIP: $CXX has no C++20 <barrier>"; exit 0; fi
   cat "$tmp/cxx.err"; exit 1

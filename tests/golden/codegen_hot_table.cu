@@ -861,41 +861,59 @@ table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
   runs_tile(rows_tensor, distinct_begin, keys, state, n, (int)gridDim.x);
 }
 
-// codegen_hot_table.gem:15:3 table_grad gather the ids of every lookup and their positions (bwd)
+// codegen_hot_table.gem:15:3 table_grad gather the lookup ids of 3 tables and zero their sort states (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_acts(i64 *__restrict__ keys,
-    int *__restrict__ vals,
-    const i64 *__restrict__ ids0,
-    i64 n0,
-    const i64 *__restrict__ ids1,
-    i64 n1) {
+table_grad_gather_acts_kind_wide(i64 *__restrict__ keys0,
+    int *__restrict__ vals0,
+    int *__restrict__ state0,
+    const i64 *__restrict__ ids0_0,
+    i64 n0_0,
+    const i64 *__restrict__ ids0_1,
+    i64 n0_1,
+    i64 *__restrict__ keys1,
+    int *__restrict__ vals1,
+    int *__restrict__ state1,
+    const i64 *__restrict__ ids1_0,
+    i64 n1_0,
+    i64 *__restrict__ keys2,
+    int *__restrict__ vals2,
+    int *__restrict__ state2,
+    const i64 *__restrict__ ids2_0,
+    i64 n2_0) {
 #line 15 "codegen_hot_table.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
-  k -= n0;
-  if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
-  k -= n1;
+  const i64 stride = (i64)gridDim.x * blockDim.x;
+  const i64 occ0 = n0_0 + n0_1;
+  const i64 occ1 = n1_0;
+  const i64 occ2 = n2_0;
+  const i64 total = occ0 + occ1 + occ2 + 7344;  // the occurrences, then the states' words
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    i64 k = i;
+    if (k < occ0) {  // @acts: its lookups' ids
+      i64 j = k;
+      if (j < n0_0) { keys0[k] = ids0_0[j]; vals0[k] = (int)k; continue; }
+      j -= n0_0;
+      if (j < n0_1) { keys0[k] = ids0_1[j]; vals0[k] = (int)k; continue; }
+    }
+    k -= occ0;
+    if (k < occ1) {  // @kind: its lookups' ids
+      i64 j = k;
+      if (j < n1_0) { keys1[k] = ids1_0[j]; vals1[k] = (int)k; continue; }
+    }
+    k -= occ1;
+    if (k < occ2) {  // @wide: its lookups' ids
+      i64 j = k;
+      if (j < n2_0) { keys2[k] = ids2_0[j]; vals2[k] = (int)k; continue; }
+    }
+    k -= occ2;
+    if (k < 2448) { state0[k] = 0; continue; }  // @acts's sort state
+    k -= 2448;
+    if (k < 2448) { state1[k] = 0; continue; }  // @kind's sort state
+    k -= 2448;
+    if (k < 2448) { state2[k] = 0; continue; }  // @wide's sort state
+  }
 }
-#line 881 "model.cu"
-
-// codegen_hot_table.gem:16:3 table_grad gather the ids of every lookup and their positions (bwd)
-//     table kind : rows 2, optim sgd(lr = 0.1);
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_kind(i64 *__restrict__ keys,
-    int *__restrict__ vals,
-    const i64 *__restrict__ ids0,
-    i64 n0) {
-#line 16 "codegen_hot_table.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
-  k -= n0;
-}
-#line 895 "model.cu"
-
-// codegen_hot_table.gem:17:3 table_grad gather the ids of every lookup and their positions (bwd)
-//     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
-// launches table_grad_gather_kind (the same kernel) with this op's arguments
+#line 917 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad digit histograms, 3 tables' sorts in one launch (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -924,7 +942,7 @@ table_grad_radix_histogram_acts_kind_wide(int *__restrict__ state0,
     return;
   }
 }
-#line 928 "model.cu"
+#line 946 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad radix pass, 3 tables' sorts in one launch (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -962,7 +980,7 @@ table_grad_radix_pass0_acts_kind_wide(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 966 "model.cu"
+#line 984 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad id runs, 3 tables' sorts in one launch (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -997,7 +1015,7 @@ table_grad_runs_acts_kind_wide(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1001 "model.cu"
+#line 1019 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -1064,7 +1082,7 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 1068 "model.cu"
+#line 1086 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -1107,7 +1125,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1111 "model.cu"
+#line 1129 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1170,7 +1188,7 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 1174 "model.cu"
+#line 1192 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1205,7 +1223,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 1209 "model.cu"
+#line 1227 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1289,7 +1307,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1293 "model.cu"
+#line 1311 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1365,7 +1383,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1369 "model.cu"
+#line 1387 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1420,4 +1438,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1424 "model.cu"
+#line 1442 "model.cu"

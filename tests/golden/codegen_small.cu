@@ -1291,37 +1291,46 @@ table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
   runs_tile(rows_tensor, distinct_begin, keys, state, n, (int)gridDim.x);
 }
 
-// codegen_small.gem:13:3 table_grad gather the ids of every lookup and their positions (bwd)
+// codegen_small.gem:13:3 table_grad gather the lookup ids of 2 tables and zero their sort states (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_items(i64 *__restrict__ keys,
-    int *__restrict__ vals,
-    const i64 *__restrict__ ids0,
-    i64 n0,
-    const i64 *__restrict__ ids1,
-    i64 n1) {
+table_grad_gather_items_tagt(i64 *__restrict__ keys0,
+    int *__restrict__ vals0,
+    int *__restrict__ state0,
+    const i64 *__restrict__ ids0_0,
+    i64 n0_0,
+    const i64 *__restrict__ ids0_1,
+    i64 n0_1,
+    i64 *__restrict__ keys1,
+    int *__restrict__ vals1,
+    int *__restrict__ state1,
+    const i64 *__restrict__ ids1_0,
+    i64 n1_0) {
 #line 13 "codegen_small.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
-  k -= n0;
-  if (k < n1) { keys[i] = ids1[k]; vals[i] = (int)i; return; }
-  k -= n1;
+  const i64 stride = (i64)gridDim.x * blockDim.x;
+  const i64 occ0 = n0_0 + n0_1;
+  const i64 occ1 = n1_0;
+  const i64 total = occ0 + occ1 + 4896;  // the occurrences, then the states' words
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    i64 k = i;
+    if (k < occ0) {  // @items: its lookups' ids
+      i64 j = k;
+      if (j < n0_0) { keys0[k] = ids0_0[j]; vals0[k] = (int)k; continue; }
+      j -= n0_0;
+      if (j < n0_1) { keys0[k] = ids0_1[j]; vals0[k] = (int)k; continue; }
+    }
+    k -= occ0;
+    if (k < occ1) {  // @tagt: its lookups' ids
+      i64 j = k;
+      if (j < n1_0) { keys1[k] = ids1_0[j]; vals1[k] = (int)k; continue; }
+    }
+    k -= occ1;
+    if (k < 2448) { state0[k] = 0; continue; }  // @items's sort state
+    k -= 2448;
+    if (k < 2448) { state1[k] = 0; continue; }  // @tagt's sort state
+  }
 }
-#line 1311 "model.cu"
-
-// codegen_small.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
-//     table tagt  : rows 50;
-extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_tagt(i64 *__restrict__ keys,
-    int *__restrict__ vals,
-    const i64 *__restrict__ ids0,
-    i64 n0) {
-#line 14 "codegen_small.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
-  k -= n0;
-}
-#line 1325 "model.cu"
+#line 1334 "model.cu"
 
 // codegen_small.gem:13:3 table_grad digit histograms, 2 tables' sorts in one launch (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1343,7 +1352,7 @@ table_grad_radix_histogram_items_tagt(int *__restrict__ state0,
     return;
   }
 }
-#line 1347 "model.cu"
+#line 1356 "model.cu"
 
 // codegen_small.gem:13:3 table_grad radix pass, 2 tables' sorts in one launch (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1371,7 +1380,7 @@ table_grad_radix_pass0_items_tagt(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 1375 "model.cu"
+#line 1384 "model.cu"
 
 // codegen_small.gem:13:3 table_grad id runs, 2 tables' sorts in one launch (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1397,7 +1406,7 @@ table_grad_runs_items_tagt(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1401 "model.cu"
+#line 1410 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1485,7 +1494,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1489 "model.cu"
+#line 1498 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1565,7 +1574,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1569 "model.cu"
+#line 1578 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1649,7 +1658,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1653 "model.cu"
+#line 1662 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1725,7 +1734,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1729 "model.cu"
+#line 1738 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1820,4 +1829,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1824 "model.cu"
+#line 1833 "model.cu"

@@ -1081,23 +1081,42 @@ table_grad_runs(i64 *__restrict__ rows_tensor, int *__restrict__ distinct_begin,
   runs_tile(rows_tensor, distinct_begin, keys, state, n, (int)gridDim.x);
 }
 
-// codegen_variants.gem:13:3 table_grad gather the ids of every lookup and their positions (bwd)
+// codegen_variants.gem:13:3 table_grad gather the lookup ids of 2 tables and zero their sort states (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
 extern "C" __global__ void __launch_bounds__(256)
-table_grad_gather_ads(i64 *__restrict__ keys,
-    int *__restrict__ vals,
-    const i64 *__restrict__ ids0,
-    i64 n0) {
+table_grad_gather_ads_geos(i64 *__restrict__ keys0,
+    int *__restrict__ vals0,
+    int *__restrict__ state0,
+    const i64 *__restrict__ ids0_0,
+    i64 n0_0,
+    i64 *__restrict__ keys1,
+    int *__restrict__ vals1,
+    int *__restrict__ state1,
+    const i64 *__restrict__ ids1_0,
+    i64 n1_0) {
 #line 13 "codegen_variants.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x, k = i;  // k: within one lookup
-  if (k < n0) { keys[i] = ids0[k]; vals[i] = (int)i; return; }
-  k -= n0;
+  const i64 stride = (i64)gridDim.x * blockDim.x;
+  const i64 occ0 = n0_0;
+  const i64 occ1 = n1_0;
+  const i64 total = occ0 + occ1 + 4896;  // the occurrences, then the states' words
+  for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += stride) {
+    i64 k = i;
+    if (k < occ0) {  // @ads: its lookups' ids
+      i64 j = k;
+      if (j < n0_0) { keys0[k] = ids0_0[j]; vals0[k] = (int)k; continue; }
+    }
+    k -= occ0;
+    if (k < occ1) {  // @geos: its lookups' ids
+      i64 j = k;
+      if (j < n1_0) { keys1[k] = ids1_0[j]; vals1[k] = (int)k; continue; }
+    }
+    k -= occ1;
+    if (k < 2448) { state0[k] = 0; continue; }  // @ads's sort state
+    k -= 2448;
+    if (k < 2448) { state1[k] = 0; continue; }  // @geos's sort state
+  }
 }
-#line 1097 "model.cu"
-
-// codegen_variants.gem:14:3 table_grad gather the ids of every lookup and their positions (bwd)
-//     table geos : rows 5;
-// launches table_grad_gather_ads (the same kernel) with this op's arguments
+#line 1120 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad digit histograms, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1119,7 +1138,7 @@ table_grad_radix_histogram_ads_geos(int *__restrict__ state0,
     return;
   }
 }
-#line 1123 "model.cu"
+#line 1142 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad radix pass, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1147,7 +1166,7 @@ table_grad_radix_pass0_ads_geos(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 1151 "model.cu"
+#line 1170 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad id runs, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1173,7 +1192,7 @@ table_grad_runs_ads_geos(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1177 "model.cu"
+#line 1196 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1250,7 +1269,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1254 "model.cu"
+#line 1273 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1320,7 +1339,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1324 "model.cu"
+#line 1343 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1404,7 +1423,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1408 "model.cu"
+#line 1427 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1480,7 +1499,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1484 "model.cu"
+#line 1503 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1534,4 +1553,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1538 "model.cu"
+#line 1557 "model.cu"

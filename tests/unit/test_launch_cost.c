@@ -164,28 +164,37 @@ static void test_launch_cost_memset_moves_its_zero_bytes(void **state) {
   assert_true(z.flops == 0);
   assert_false(z.tensor_core);
   // The memsets of a real plan: 4 bytes for each fp8 amax, 8 for each table's long-run count,
-  // and each table's sort state: 2192 ints (counters, 8 histograms, 128 run totals), then
-  // 256 tile totals a tile a pass.
-  Case *c = open_case("tests/golden/codegen_attention_fp8.gem", NULL);
-  const int64_t lens[] = {5};
-  set_batch(c, 2, lens, 1);
-  int zeros = 0, sort_states = 0;
-  for (int i = 0; i < c->p.nlaunches; i++) {
-    if (c->p.launches[i].kind != LAUNCH_ZERO) continue;
-    zeros++;
-    bool table = c->p.launches[i].node >= 0 &&
-                 c->p.ir->nodes[c->p.launches[i].node].op == OP_TABLE_GRAD;
-    int64_t bytes = cost(c, i).bytes;
-    if (table && bytes != 8) {
-      sort_states++;
-      assert_true(bytes > 4 * 2192 && (bytes - 4 * 2192) % (4 * 256) == 0);
-    } else {
-      assert_true(bytes == (table ? 8 : 4));
+  // and a lone table's sort state: 2192 ints (counters, 8 histograms, 128 run totals), then
+  // 256 tile totals a tile a pass. Several tables zero their states in their shared gather,
+  // whose bytes count them.
+  const char *const models[] = {"tests/golden/codegen_attention_fp8.gem", "tests/codegen/recompute.gem"};
+  for (int m = 0; m < 2; m++) {
+    Case *c = open_case(models[m], NULL);
+    const int64_t lens[] = {5};
+    set_batch(c, 2, lens, 1);
+    int zeros = 0, sort_states = 0, shared_gathers = 0;
+    for (int i = 0; i < c->p.nlaunches; i++) {
+      const Launch *li = &c->p.launches[i];
+      int64_t bytes = cost(c, i).bytes;
+      if (li->kind == LAUNCH_KERNEL && strncmp(li->kernel, "table_grad_gather_items_", 24) == 0) {
+        shared_gathers++;
+        assert_true(bytes > 3 * 4 * 2192);
+      }
+      if (li->kind != LAUNCH_ZERO) continue;
+      zeros++;
+      bool table = li->node >= 0 && c->p.ir->nodes[li->node].op == OP_TABLE_GRAD;
+      if (table && bytes != 8) {
+        sort_states++;
+        assert_true(bytes > 4 * 2192 && (bytes - 4 * 2192) % (4 * 256) == 0);
+      } else {
+        assert_true(bytes == (table ? 8 : 4));
+      }
     }
+    assert_true(zeros > 0);
+    assert_int_equal(sort_states, m == 0 ? 0 : 1);
+    assert_int_equal(shared_gathers, m == 0 ? 1 : 0);
+    close_case(c);
   }
-  assert_true(zeros > 0);
-  assert_true(sort_states > 0);
-  close_case(c);
 }
 
 // bf16 at dim 64: the GEMM operands and its bf16 output are 2 bytes, on tensor cores.
