@@ -197,6 +197,231 @@ __device__ __forceinline__ void attnt_forward(OT *__restrict__ out, const QT *__
 }
 
 // ---------------------------------------------------------------------------------------------
+// The forward on the tensor cores (head widths that are a multiple of 16): a warp takes 16
+// query rows, head by head, and both products run as mma.sync m16n8k16 on bf16 copies of the
+// quantized values (exact: an mxfp8 value is an E4M3 value, 4 significant bits, times a power
+// of two, in bf16's exponent range). In the mma layouts (lane = 4g + t) a row's 32 features of
+// one k-step pair are held by the 4 lanes of a quad, so the mxfp8 block amax along a head is a
+// max over the quad; a row's keys are the quad's accumulator columns, so P's block along the
+// keys is too. Only the order of the fp32 sums differs from the executor (a quantized P on a
+// rounding boundary can round the other way).
+//   shared memory: kh [KP keys][D + 8] (K quantized along each head's features) and
+//                  vt [D features][KP + 8] (V quantized down each column, transposed), bf16.
+
+template <int D, int DH, int KV> struct AttntTc {
+  enum {
+    NT = (KV + 15) / 16 * 2,  // key tiles of 8 (even: two are a k-step of P·V)
+    KP = NT * 8,              // keys, padded with zeros
+    BW = DH < 32 ? DH : 32,   // an mxfp8 block along a head
+    KPB = BW / 16,            // k-steps of 16 features a block
+    LDK = D + 8,              // a fragment's 8 rows x 4 words fall in 32 banks
+    LDV = KP + 8,
+    FORWARD_SMEM = 2 * (KP * LDK + D * LDV),  // bytes (emit_attention_tiny_kv.c: tiny_tc_smem)
+  };
+};
+
+template <typename T> __device__ __forceinline__ void attnt_load2(const T *p, float &a, float &b) {
+  a = attn_to_float(p[0]);
+  b = attn_to_float(p[1]);
+}
+__device__ __forceinline__ void attnt_load2(const bf16_t *p, float &a, float &b) {
+  unsigned w;
+#ifdef GEMC_ON_CPU
+  memcpy(&w, p, 4);
+#else
+  w = *(const unsigned *)p;
+#endif
+  a = __uint_as_float(w << 16);
+  b = __uint_as_float(w & 0xffff0000u);
+}
+
+template <typename T> __device__ __forceinline__ void attnt_store2(T *p, float a, float b) {
+  attn_store1(p, a);
+  attn_store1(p + 1, b);
+}
+__device__ __forceinline__ void attnt_store2(bf16_t *p, float a, float b) {
+#ifdef GEMC_ON_CPU
+  unsigned w = attn_pack_bf16(a, b);
+  memcpy(p, &w, 4);
+#else
+  attn_store2(p, a, b);
+#endif
+}
+
+// K quantized along each head's features into kh (bf16, rows KP), and V down each column into
+// vt (transposed; none when vt is null); zeros past the example's keys. Called by every thread
+// of the CTA.
+template <int D, int DH, int KV, typename KT>
+__device__ __forceinline__ void attnt_stage_tc(bf16_t *kh, bf16_t *vt, const KT *__restrict__ k,
+                                               const KT *__restrict__ v, const AttnExample &e,
+                                               int d) {
+  typedef AttntTc<D, DH, KV> Tc;
+  enum { BLOCKS = D / Tc::BW };
+  for (int t = threadIdx.x; t < Tc::KP * BLOCKS; t += blockDim.x) {
+    int j = t / BLOCKS, c0 = (t % BLOCKS) * Tc::BW;
+    float x[Tc::BW];
+    for (int f = 0; f < Tc::BW; f++) x[f] = j < e.kv_len ? attn_to_float(k[(e.kv_start + j) * d + c0 + f]) : 0.0f;
+    attnq_mx_block(x, Tc::BW, 1);
+    for (int f = 0; f < Tc::BW; f += 2) *(unsigned *)(kh + j * Tc::LDK + c0 + f) = attn_pack_bf16(x[f], x[f + 1]);
+  }
+  for (int c = threadIdx.x; vt && c < D; c += blockDim.x) {
+    float x[Tc::KP];
+    for (int j = 0; j < Tc::KP; j++) x[j] = j < e.kv_len ? attn_to_float(v[(e.kv_start + j) * d + c]) : 0.0f;
+    attnq_mx_block(x, KV, 1);  // the zeros past kv_len change no amax
+    for (int j = 0; j < Tc::KP; j += 2) *(unsigned *)(vt + c * Tc::LDV + j) = attn_pack_bf16(x[j], x[j + 1]);
+  }
+}
+
+// Rows g and g + 8 of the warp's 16 (row0 + g < len, else zeros), features [c0, c0 + BW) of
+// one mxfp8 block, quantized as the executor quantizes a row along a head, as A fragments of
+// the block's KPB k-steps.
+template <int BW, typename T>
+__device__ __forceinline__ void attnt_a_block(unsigned (*a)[4], const T *__restrict__ x, i64 start,
+                                              int row0, int len, int d, int c0) {
+  enum { KPB = BW / 16 };
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  float v[2][KPB][4];  // [row g, g + 8][k-step][cols 2t, 2t + 1, 2t + 8, 2t + 9]
+  for (int h = 0; h < 2; h++) {
+    const int row = row0 + g + 8 * h;
+    for (int ks = 0; ks < KPB; ks++) {
+      float *w = v[h][ks];
+      w[0] = w[1] = w[2] = w[3] = 0.0f;
+      if (row < len) {
+        const T *p = x + (start + row) * d + c0 + 16 * ks + 2 * t;
+        attnt_load2(p, w[0], w[1]);
+        attnt_load2(p + 8, w[2], w[3]);
+      }
+    }
+    float amax = 0.0f;
+    for (int ks = 0; ks < KPB; ks++)
+      for (int i = 0; i < 4; i++) amax = fmaxf(amax, attnq_finite_abs(v[h][ks][i]));
+    amax = attnt_group_max<4>(amax);
+    const int ex = mx_block_exponent(amax);
+    const float inv = ldexpf(1.0f, -ex), scale = ldexpf(1.0f, ex);
+    for (int ks = 0; ks < KPB; ks++)
+      for (int i = 0; i < 4; i++) v[h][ks][i] = e4m3_round(v[h][ks][i] * inv) * scale;
+  }
+  for (int ks = 0; ks < KPB; ks++) {
+    a[ks][0] = attn_pack_bf16(v[0][ks][0], v[0][ks][1]);
+    a[ks][1] = attn_pack_bf16(v[1][ks][0], v[1][ks][1]);
+    a[ks][2] = attn_pack_bf16(v[0][ks][2], v[0][ks][3]);
+    a[ks][3] = attn_pack_bf16(v[1][ks][2], v[1][ks][3]);
+  }
+}
+
+// acc[n] += A · B for the key tiles n < NT: B's column n·8 + g is key row n·8 + g of `rows`
+// (bf16, row stride ld), its k the features [c, c + 16).
+template <int NT>
+__device__ __forceinline__ void attnt_mma_rows(float (*acc)[4], const unsigned *a, const bf16_t *rows,
+                                               int ld, int c) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int n = 0; n < NT; n++) {
+    const bf16_t *p = rows + (n * 8 + g) * ld + c + 2 * t;
+    unsigned b[2] = {*(const unsigned *)p, *(const unsigned *)(p + 8)};
+    attn_mma(acc[n], a, b);
+  }
+}
+
+// A row's statistics over the keys its quad holds (accumulator columns 8n + 2t + {0, 1}; `hi`
+// picks row g + 8): the max, and the sum of x in key order (the executor's).
+template <int NT, int KV>
+__device__ __forceinline__ float attnt_quad_max(const float (*x)[4], int hi, int kv_len) {
+  const int t = threadIdx.x & 3;
+  float m = -ATTN_INF;
+  for (int n = 0; n < NT; n++)
+    for (int c = 0; c < 2; c++)
+      if (8 * n + 2 * t + c < kv_len) m = fmaxf(m, x[n][2 * hi + c]);
+  return attnt_group_max<4>(m);
+}
+
+template <int NT, int KV>
+__device__ __forceinline__ float attnt_quad_sum_in_order(const float (*x)[4], int hi, int kv_len) {
+  const int lane = threadIdx.x & 31;
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < KV; j++) {
+    const float mine = x[j / 8][2 * hi + (j & 1)];
+    const float xj = __shfl_sync(0xffffffffu, mine, (lane & ~3) | ((j % 8) >> 1));
+    if (j < kv_len) sum += xj;
+  }
+  return sum;
+}
+
+template <int D, int DH, int KV, int ACT, typename OT, typename QT, typename KT>
+__device__ __forceinline__ void attnt_forward_tc(OT *__restrict__ out, const QT *__restrict__ q,
+                                                 const KT *__restrict__ k, const KT *__restrict__ v,
+                                                 const AttnRows &r, double inv_norm,
+                                                 const int *__restrict__ tiles) {
+  typedef AttntTc<D, DH, KV> Tc;
+  enum { NT = Tc::NT, H = D / DH };
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  bf16_t *kh = (bf16_t *)attn_smem, *vt = kh + Tc::KP * Tc::LDK;
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], i0 = tile[1];
+  if (b < 0) return;
+  const AttnExample e = attn_example(r, b);
+  attnt_stage_tc<D, DH, KV>(kh, vt, k, v, e, r.d);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+  const int row0 = i0 + warp * 16;
+  if (row0 >= e.q_len) return;
+  for (int h = 0; h < H; h++) {
+    float s[NT][4];
+    for (int n = 0; n < NT; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int c0 = h * DH; c0 < (h + 1) * DH; c0 += Tc::BW) {
+      unsigned a[Tc::KPB][4];
+      attnt_a_block<Tc::BW>(a, q, e.q_start, row0, e.q_len, r.d, c0);
+      for (int ks = 0; ks < Tc::KPB; ks++) attnt_mma_rows<NT>(s, a[ks], kh, Tc::LDK, c0 + 16 * ks);
+    }
+    // P, row g in [n][0..1], row g + 8 in [n][2..3]; then quantized along the keys.
+    float p[NT][4];
+    for (int hi = 0; hi < 2; hi++) {
+      AttnqRow st = {-ATTN_INF, 0.0f, 0.0f};
+      for (int n = 0; n < NT; n++)
+        for (int c = 0; c < 2; c++) s[n][2 * hi + c] *= r.scale;
+      if (ACT == ATTN_ACT_SOFTMAX) {
+        st.m = attnt_quad_max<NT, KV>(s, hi, e.kv_len);
+        for (int n = 0; n < NT; n++)
+          for (int c = 0; c < 2; c++)
+            p[n][2 * hi + c] = 8 * n + 2 * t + c < e.kv_len ? (float)exp((double)(s[n][2 * hi + c] - st.m)) : 0.0f;
+        const float sum = attnt_quad_sum_in_order<NT, KV>(p, hi, e.kv_len);
+        st.inv = e.kv_len > 0 ? 1.0f / sum : 0.0f;
+        for (int n = 0; n < NT; n++)
+          for (int c = 0; c < 2; c++) p[n][2 * hi + c] *= st.inv;
+      } else {
+        for (int n = 0; n < NT; n++)
+          for (int c = 0; c < 2; c++)
+            p[n][2 * hi + c] = 8 * n + 2 * t + c < e.kv_len ? attnq_prob<ACT>(s[n][2 * hi + c], st, inv_norm) : 0.0f;
+      }
+      float amax = 0.0f;
+      for (int n = 0; n < NT; n++)
+        for (int c = 0; c < 2; c++) amax = fmaxf(amax, attnq_finite_abs(p[n][2 * hi + c]));
+      amax = attnt_group_max<4>(amax);
+      const int ex = mx_block_exponent(amax);
+      const float inv = ldexpf(1.0f, -ex), scale = ldexpf(1.0f, ex);
+      for (int n = 0; n < NT; n++)
+        for (int c = 0; c < 2; c++) p[n][2 * hi + c] = e4m3_round(p[n][2 * hi + c] * inv) * scale;
+    }
+    // O = quant(P) · Vr: the accumulators of key tiles 2s and 2s + 1 are the A fragment of
+    // k-step s.
+    float o[DH / 8][4];
+    for (int n = 0; n < DH / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    for (int ks = 0; ks < NT / 2; ks++) {
+      unsigned a[4] = {attn_pack_bf16(p[2 * ks][0], p[2 * ks][1]), attn_pack_bf16(p[2 * ks][2], p[2 * ks][3]),
+                       attn_pack_bf16(p[2 * ks + 1][0], p[2 * ks + 1][1]),
+                       attn_pack_bf16(p[2 * ks + 1][2], p[2 * ks + 1][3])};
+      attnt_mma_rows<DH / 8>(o, a, vt + h * DH * Tc::LDV, Tc::LDV, 16 * ks);
+    }
+    for (int hi = 0; hi < 2; hi++) {
+      const int row = row0 + g + 8 * hi;
+      if (row >= e.q_len) continue;
+      OT *dst = out + (e.o_start + row) * r.d + h * DH + 2 * t;
+      for (int n = 0; n < DH / 8; n++) attnt_store2(dst + 8 * n, o[n][2 * hi], o[n][2 * hi + 1]);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Backward. A CTA takes 256 query rows of one example (entry {b, i0, 0}); warp w the 32-row
 // block at i0 + 32w. Per row it forms P and dS, writes dQ = scale · quant_rows(dS) · Kr, and
 // keeps P and dS in shared memory; then it quantizes their columns over the block, reads the
@@ -318,6 +543,213 @@ __device__ __forceinline__ void attnt_backward(GT *__restrict__ dq, const QT *__
   }
   float *dst = partial + ((i64)b * chunks + i0 / ATTNT_BWD_ROWS) * 2 * KV * D;
   for (int t = threadIdx.x; t < 2 * KV * D; t += blockDim.x) dst[t] = sum[t];
+}
+
+// ---------------------------------------------------------------------------------------------
+// The backward on the tensor cores (head widths a multiple of 16). A CTA takes 256 query rows
+// of one example, warp w the 32-row block at i0 + 32w (two m16 tiles), head by head:
+//   1. per m16 tile: S = Qq·Khᵀ and dP = dOq·Vhᵀ by mma (Q and dO quantized along the head in
+//      registers, as the forward does), P and dS in the accumulator layout, dQ = scale ·
+//      quant_rows(dS)·Kr by mma (written at once); P and dS go to the warp's shared rows;
+//   2. P and dS quantized down each (key) column over the block's 32 rows;
+//   3. Q's, then dO's, head columns quantized down the block into the warp's staging tile
+//      (transposed), and dK = quant(dS)ᵀ·Qr, dV = quant(P)ᵀ·dOr by mma, keys the m16 rows and
+//      the block's rows the k-steps; the eight warps add theirs into the CTA's sums in warp
+//      order (no atomics: reruns are bit-identical).
+// The chunk sums go to partial[(b · chunks + i0 / 256)][2][KV][D] as the SIMT kernel's do.
+
+template <int D, int DH, int KV> struct AttntTcBwd {
+  typedef AttntTc<D, DH, KV> Tc;
+  enum {
+    MK = (KV + 15) / 16,  // m16 tiles of keys for dK and dV
+    LDR = 32 + 8,         // a staged column: the block's 32 rows (bf16), padded
+    // bytes: kh and vh [KP][LDK], krt [D][LDV] (bf16); each warp's {P, dS} [32][KV] (float2)
+    // and staging tile [DH][LDR] (bf16); the CTA's sums [2][KV][D] (fp32).
+    KEYS = 2 * (2 * Tc::KP * Tc::LDK + D * Tc::LDV),
+    PDS = ATTNT_WARPS * 32 * KV * 8,
+    STAGE = ATTNT_WARPS * DH * LDR * 2,
+    SMEM = KEYS + PDS + STAGE + 2 * KV * D * 4,  // emit_attention_tiny_kv.c: tiny_tc_backward_smem
+  };
+};
+
+// Columns [c0, c0 + DH) of rows [row0, row0 + n) of x, each quantized down the block (one
+// mxfp8 block of 32 rows, the rows past n zeros), into stage[c][row] (bf16). One warp.
+template <int DH, int LDR, typename T>
+__device__ __forceinline__ void attnt_stage_cols_tc(bf16_t *stage, const T *__restrict__ x, i64 start,
+                                                    int row0, int n, int d, int c0) {
+  const int lane = threadIdx.x & 31;
+  for (int c = lane; c < DH; c += 32) {
+    float v[32];
+    for (int i = 0; i < 32; i++) v[i] = i < n ? attn_to_float(x[(start + row0 + i) * d + c0 + c]) : 0.0f;
+    attnq_mx_block(v, 32, 1);
+    for (int i = 0; i < 32; i += 2) *(unsigned *)(stage + c * LDR + i) = attn_pack_bf16(v[i], v[i + 1]);
+  }
+}
+
+// acc[m][n] = Xᵀ·Y over the block's 32 rows for key tiles m < MK and feature tiles n < DH/8: X
+// the warp's quantized {P, dS} rows (pds[row * KV + key], `which` picks dS), Y the staging
+// tile (stage[feature][row]).
+template <int DH, int KV, int MK, int LDR>
+__device__ __forceinline__ void attnt_mma_keys(float (*acc)[DH / 8][4], const float2 *pds, int which,
+                                               const bf16_t *stage) {
+  const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  for (int m = 0; m < MK; m++)
+    for (int n = 0; n < DH / 8; n++) acc[m][n][0] = acc[m][n][1] = acc[m][n][2] = acc[m][n][3] = 0.0f;
+  const float *x = (const float *)pds + which;
+  for (int ks = 0; ks < 2; ks++) {
+    for (int m = 0; m < MK; m++) {
+      const int j0 = 16 * m + g, j1 = j0 + 8, r0 = 16 * ks + 2 * t;
+      auto at = [&](int row, int key) { return key < KV ? x[2 * (row * KV + key)] : 0.0f; };
+      unsigned a[4] = {attn_pack_bf16(at(r0, j0), at(r0 + 1, j0)), attn_pack_bf16(at(r0, j1), at(r0 + 1, j1)),
+                       attn_pack_bf16(at(r0 + 8, j0), at(r0 + 9, j0)),
+                       attn_pack_bf16(at(r0 + 8, j1), at(r0 + 9, j1))};
+      attnt_mma_rows<DH / 8>(acc[m], a, stage, LDR, 16 * ks);
+    }
+  }
+}
+
+// The CTA's sums += acc (keys 16m + g (+ 8), features c0 + 8n + 2t (+ 1)), warp by warp in
+// order. Every warp of the CTA calls it.
+template <int D, int DH, int KV, int MK>
+__device__ __forceinline__ void attnt_add_in_warp_order(float *sum, const float (*acc)[DH / 8][4],
+                                                        int c0, bool first) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+  for (int w = 0; w < ATTNT_WARPS; w++) {
+    if (warp == w)
+      for (int m = 0; m < MK; m++)
+        for (int n = 0; n < DH / 8; n++)
+          for (int i = 0; i < 4; i++) {
+            const int key = 16 * m + g + 8 * (i >> 1), c = c0 + 8 * n + 2 * t + (i & 1);
+            if (key >= KV) continue;
+            float *at = sum + key * D + c;
+            *at = w == 0 && first ? acc[m][n][i] : *at + acc[m][n][i];
+          }
+    __syncthreads();
+  }
+}
+
+template <int D, int DH, int KV, int ACT, typename GT, typename QT, typename KT>
+__device__ __forceinline__ void attnt_backward_tc(GT *__restrict__ dq, const QT *__restrict__ q,
+                                                  const KT *__restrict__ k, const KT *__restrict__ v,
+                                                  const KT *__restrict__ dout, const AttnRows &r,
+                                                  double inv_norm, const int *__restrict__ tiles,
+                                                  int chunks, float *__restrict__ partial) {
+  typedef AttntTc<D, DH, KV> Tc;
+  typedef AttntTcBwd<D, DH, KV> Bw;
+  enum { NT = Tc::NT, H = D / DH, MK = Bw::MK, LDR = Bw::LDR };
+  extern __shared__ __align__(16) unsigned char attn_smem[];
+  bf16_t *kh = (bf16_t *)attn_smem, *vh = kh + Tc::KP * Tc::LDK, *krt = vh + Tc::KP * Tc::LDK;
+  float2 *pds_all = (float2 *)(attn_smem + Bw::KEYS);
+  bf16_t *stage_all = (bf16_t *)(attn_smem + Bw::KEYS + Bw::PDS);
+  float *sum = (float *)(attn_smem + Bw::KEYS + Bw::PDS + Bw::STAGE);
+  const int *tile = tiles + 3 * blockIdx.x;
+  const int b = tile[0], i0 = tile[1];
+  if (b < 0) return;
+  const AttnExample e = attn_example(r, b);
+  attnt_stage_tc<D, DH, KV>(kh, krt, k, k, e, r.d);  // krt: K down its columns
+  attnt_stage_tc<D, DH, KV>(vh, (bf16_t *)0, v, v, e, r.d);
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, g = lane >> 2, t = lane & 3;
+  float2 *pds = pds_all + warp * 32 * KV;  // [row][key] {P, dS} of the head in hand
+  bf16_t *stage = stage_all + warp * DH * LDR;
+  const int first = i0 + warp * 32;
+  int n = e.q_len - first;
+  n = n < 0 ? 0 : (n > 32 ? 32 : n);
+  for (int h = 0; h < H; h++) {
+    const int c0 = h * DH;
+    // 1. P, dS and dQ, an m16 tile at a time.
+    for (int mt = 0; mt < 2 && 16 * mt < n; mt++) {
+      const int row0 = first + 16 * mt;
+      float s[NT][4], dp[NT][4];
+      for (int j = 0; j < NT; j++)
+        for (int i = 0; i < 4; i++) s[j][i] = dp[j][i] = 0.0f;
+      for (int cb = c0; cb < c0 + DH; cb += Tc::BW) {
+        unsigned a[Tc::KPB][4];
+        attnt_a_block<Tc::BW>(a, q, e.q_start, row0, e.q_len, r.d, cb);
+        for (int ks = 0; ks < Tc::KPB; ks++) attnt_mma_rows<NT>(s, a[ks], kh, Tc::LDK, cb + 16 * ks);
+        attnt_a_block<Tc::BW>(a, dout, e.o_start, row0, e.q_len, r.d, cb);
+        for (int ks = 0; ks < Tc::KPB; ks++) attnt_mma_rows<NT>(dp, a[ks], vh, Tc::LDK, cb + 16 * ks);
+      }
+      float ds[NT][4];
+      for (int hi = 0; hi < 2; hi++) {
+        AttnqRow st = {-ATTN_INF, 0.0f, 0.0f};
+        float p[NT][4];
+        for (int j = 0; j < NT; j++)
+          for (int c = 0; c < 2; c++) s[j][2 * hi + c] *= r.scale;
+        if (ACT == ATTN_ACT_SOFTMAX) {
+          st.m = attnt_quad_max<NT, KV>(s, hi, e.kv_len);
+          for (int j = 0; j < NT; j++)
+            for (int c = 0; c < 2; c++)
+              p[j][2 * hi + c] = 8 * j + 2 * t + c < e.kv_len ? (float)exp((double)(s[j][2 * hi + c] - st.m)) : 0.0f;
+          const float total = attnt_quad_sum_in_order<NT, KV>(p, hi, e.kv_len);
+          st.inv = e.kv_len > 0 ? 1.0f / total : 0.0f;
+          for (int j = 0; j < NT; j++)
+            for (int c = 0; c < 2; c++) p[j][2 * hi + c] *= st.inv;
+          float prod[NT][4];
+          for (int j = 0; j < NT; j++)
+            for (int c = 0; c < 2; c++) prod[j][2 * hi + c] = dp[j][2 * hi + c] * p[j][2 * hi + c];
+          st.dot = attnt_quad_sum_in_order<NT, KV>(prod, hi, KV);  // sum of dP · P, key by key
+        } else {
+          for (int j = 0; j < NT; j++)
+            for (int c = 0; c < 2; c++)
+              p[j][2 * hi + c] = 8 * j + 2 * t + c < e.kv_len ? attnq_prob<ACT>(s[j][2 * hi + c], st, inv_norm) : 0.0f;
+        }
+        const int row = 16 * mt + g + 8 * hi;  // within the block
+        for (int j = 0; j < NT; j++)
+          for (int c = 0; c < 2; c++) {
+            const int key = 8 * j + 2 * t + c;
+            const float x = key < e.kv_len ? attnq_grad<ACT>(s[j][2 * hi + c], p[j][2 * hi + c],
+                                                              dp[j][2 * hi + c], st, inv_norm) : 0.0f;
+            ds[j][2 * hi + c] = x;
+            if (key < KV) pds[row * KV + key] = row < n ? make_float2(p[j][2 * hi + c], x) : make_float2(0.0f, 0.0f);
+          }
+        if (!dq) continue;
+        float amax = 0.0f;
+        for (int j = 0; j < NT; j++)
+          for (int c = 0; c < 2; c++) amax = fmaxf(amax, attnq_finite_abs(ds[j][2 * hi + c]));
+        amax = attnt_group_max<4>(amax);
+        const int ex = mx_block_exponent(amax);
+        const float inv = ldexpf(1.0f, -ex), scale = ldexpf(1.0f, ex);
+        for (int j = 0; j < NT; j++)
+          for (int c = 0; c < 2; c++) ds[j][2 * hi + c] = e4m3_round(ds[j][2 * hi + c] * inv) * scale;
+      }
+      if (dq) {
+        float acc[DH / 8][4];
+        for (int j = 0; j < DH / 8; j++) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+        for (int ks = 0; ks < NT / 2; ks++) {
+          unsigned a[4] = {attn_pack_bf16(ds[2 * ks][0], ds[2 * ks][1]), attn_pack_bf16(ds[2 * ks][2], ds[2 * ks][3]),
+                           attn_pack_bf16(ds[2 * ks + 1][0], ds[2 * ks + 1][1]),
+                           attn_pack_bf16(ds[2 * ks + 1][2], ds[2 * ks + 1][3])};
+          attnt_mma_rows<DH / 8>(acc, a, krt + c0 * Tc::LDV, Tc::LDV, 16 * ks);
+        }
+        for (int hi = 0; hi < 2; hi++) {
+          const int row = row0 + g + 8 * hi;
+          if (row >= e.q_len) continue;
+          GT *dst = dq + (e.q_start + row) * r.d + c0 + 2 * t;
+          for (int j = 0; j < DH / 8; j++) attnt_store2(dst + 8 * j, acc[j][2 * hi] * r.scale, acc[j][2 * hi + 1] * r.scale);
+        }
+      }
+    }
+    // Rows of the block past the example's end are zeros of the executor's blocks.
+    for (int i = lane; i < (32 - (n > 16 ? 32 : n > 0 ? 16 : 0)) * KV; i += 32)
+      pds[(n > 16 ? 32 : n > 0 ? 16 : 0) * KV + i] = make_float2(0.0f, 0.0f);
+    __syncwarp();
+    // 2. P and dS down each key column over the block's 32 rows.
+    for (int i = lane; i < 2 * KV; i += 32) attnq_mx_block((float *)pds + i, 32, 2 * KV);
+    __syncwarp();
+    // 3. dK from quant(dS) and Qr, then dV from quant(P) and dOr.
+    float acc[MK][DH / 8][4];
+    attnt_stage_cols_tc<DH, LDR>(stage, q, e.q_start, first, n, r.d, c0);
+    __syncwarp();
+    attnt_mma_keys<DH, KV, MK, LDR>(acc, pds, 1, stage);
+    attnt_add_in_warp_order<D, DH, KV, MK>(sum, acc, c0, true);
+    attnt_stage_cols_tc<DH, LDR>(stage, dout, e.o_start, first, n, r.d, c0);
+    __syncwarp();
+    attnt_mma_keys<DH, KV, MK, LDR>(acc, pds, 0, stage);
+    attnt_add_in_warp_order<D, DH, KV, MK>(sum + KV * D, acc, c0, true);
+  }
+  float *dst = partial + ((i64)b * chunks + i0 / ATTNT_BWD_ROWS) * 2 * KV * D;
+  for (int i = threadIdx.x; i < 2 * KV * D; i += blockDim.x) dst[i] = sum[i];
 }
 
 // dK = scale · (the chunks' dK sums) and dV = the chunks' dV sums, each example's chunks in

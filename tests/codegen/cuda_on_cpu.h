@@ -11,7 +11,7 @@
 // transposed, and mma m16n8k16 bf16 -> fp32) are warp collectives here too: each lane publishes
 // its operands, one warp barrier, then each lane forms its own fragment from the others', by
 // the fragment layouts of the PTX ISA. cp.async is a plain copy (its groups complete at once).
-// defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync,
+// defines: launch, threadIdx, blockIdx, blockDim, __syncthreads, __shfl_xor_sync, __shfl_sync,
 //          __match_any_sync, __ballot_sync, __popc, __ffs, __nanosleep, atomics,
 //          emu_ldmatrix_x4, emu_mma_bf16, emu_cp_async16, __trap, emu_dynamic_smem, emu_mbar_*,
 //          EmuTmaMap, emu_tma_load, emu_tma_store, emu_wgmma, emu_st_shared, emu_bar_sync,
@@ -87,6 +87,14 @@ template <class T> T __shfl_xor_sync(unsigned, T v, int off) {
   warp_buf[w][l] = (double)v;
   __syncwarp();
   T r = (T)warp_buf[w][l ^ off];
+  __syncwarp();
+  return r;
+}
+template <class T> T __shfl_sync(unsigned, T v, int src) {  // src within the warp (width 32)
+  int w = threadIdx.x / 32, l = threadIdx.x % 32;
+  warp_buf[w][l] = (double)v;
+  __syncwarp();
+  T r = (T)warp_buf[w][src & 31];
   __syncwarp();
   return r;
 }

@@ -19,6 +19,7 @@ cases='isolate:tests/codegen/attention_sm90.gem 1 sm_90a
 tests/codegen/pma_one_pass.gem 1e-2 sm_100a
 tests/gpu/models/attention_quantized_tc.gem 1e-3
 tests/golden/codegen_attention_tiny_kv.gem 1e-3
+isolate:tests/codegen/attention_tiny_kv_tc.gem 1
 tests/golden/codegen_attention_fp8.gem 1e-3
 simt:tests/golden/codegen_attention_fp8.gem 1e-3
 tests/codegen/attention_bf16_tc.gem 2e-2 sm_100a

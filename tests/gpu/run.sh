@@ -17,7 +17,7 @@ echo "== gem_tiny end to end: 200 steps on the GPU and on the CPU"
 # 48 and 96, and the mma.sync shapes of attention_bf16_tc, on the real tensor cores.
 for m in models/gem_tiny.gem models/gem_small.gem tests/golden/codegen_attention_fp8.gem tests/golden/codegen_hot_table.gem \
          tests/gpu/models/*.gem tests/codegen/pma_one_pass.gem tests/codegen/attention_heads_48_96.gem \
-         tests/codegen/attention_bf16_tc.gem; do
+         tests/codegen/attention_bf16_tc.gem tests/codegen/attention_tiny_kv_tc.gem; do
   echo "== every kernel of $m against the CPU executor"
   "$build/tests/gpu/test_gpu_kernels" "$m" || failed=$((failed + 1))
 done
