@@ -726,7 +726,8 @@ __device__ __forceinline__ void attnt_backward_tc(GT *__restrict__ dq, const QT 
           const int row = row0 + g + 8 * hi;
           if (row >= e.q_len) continue;
           GT *dst = dq + (e.q_start + row) * r.d + c0 + 2 * t;
-          for (int j = 0; j < DH / 8; j++) attnt_store2(dst + 8 * j, acc[j][2 * hi] * r.scale, acc[j][2 * hi + 1] * r.scale);
+          for (int j = 0; j < DH / 8; j++)
+            attnt_store2(dst + 8 * j, acc[j][2 * hi] * r.scale, acc[j][2 * hi + 1] * r.scale);
         }
       }
     }
