@@ -4,7 +4,7 @@
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
-//          e4m3_round
+//          e4m3_round, e4m3_bits
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
 
@@ -117,6 +117,14 @@ __device__ __forceinline__ float e4m3_round(float x) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
   fp16_t lo = {(unsigned short)(halves & 0xffffu)};
   return fp16_to_float(lo);
+}
+
+// The E4M3 code of x (rounded to nearest even, saturating to ±448; NaN stays NaN): what
+// cuBLASLt's FP8 GEMMs read (codegen/ops/lower_gemm.c).
+__device__ __forceinline__ unsigned char e4m3_bits(float x) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  return (unsigned char)(pair & 0xffu);
 }
 
 // The E8M0 exponent of an mxfp8 block with max magnitude amax: floor(log2 amax) - 8, clamped

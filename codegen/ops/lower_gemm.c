@@ -6,8 +6,10 @@
 // The operand type follows the node's prec: fp32, bf16 or fp16; mxfp8 operands are quantized
 // to E4M3 with E8M0 block scales by a generated kernel and handed over dequantized in bf16
 // (exact: a 4-bit significand times a power of two); fp8 operands get one per-tensor scale
-// (amax / 448, an integer atomicMax of the bits of |x|: order-independent) and go to an fp32
-// GEMM dequantized, because amax/448 · e4m3 is not a bf16 in general. Operands stored in
+// (amax / 448, an integer atomicMax of the bits of |x|: order-independent) and go to cuBLASLt's
+// FP8 GEMM as E4M3 codes with their scales (below); a biased fp8 linear, or one whose output
+// rows are not 16-byte aligned, goes to an fp32 GEMM dequantized instead, because amax/448 ·
+// e4m3 is not a bf16 in general. Operands stored in
 // another dtype than the GEMM's get a cast kernel. The bias and relu epilogues are cuBLASLt's;
 // other activations (cuBLASLt's GELU is the tanh form, not erf) and outputs in a dtype the
 // GEMM cannot write go through an fp32 scratch and one pointwise kernel. The quantization
@@ -194,6 +196,165 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
   return s;
 }
 
+// --- fp8 on the tensor cores (cuBLASLt FP8) ------------------------------------------------
+//
+// cuBLASLt's FP8 GEMMs take E4M3 bytes with one fp32 scale per operand, read from device memory,
+// and both operands K-major (its "TN" form; our row-major C = A · Bᵀ with A stored [m, k] and B
+// stored [n, k]), leading dimensions a multiple of 16 bytes, and an fp32 C here. So an fp8
+// operand is written once, K-major, as E4M3 codes: a row of R·Kp bytes per non-reduced index, the
+// reduction padded with zeros to Kp = K rounded up to 16 (zeros add nothing to the products),
+// and the GEMM's k rounded the same way (Launch.gemm_k_align). The codes and the scale are the
+// CPU's (fp8_quantize: amax / 448, e4m3(x / scale)); the GEMM's products of codes are exact in
+// fp32 and it multiplies the sum by both scales, so only the order of the fp32 sum differs
+// from the executor's (Σ (qa·sa)(qb·sb)).
+enum { FP8_K_ALIGN = 16 };
+
+static Launch *new_gemm(Lower *L, int node, LaunchArg a, LaunchArg b, LaunchArg c, SymSize m,
+                        int64_t n, SymSize k, DType type);
+
+// The GEMM's fp8 path is taken when cuBLASLt's FP8 kernels can write the result: an fp32 C of
+// a row width that keeps its rows 16-byte aligned, and no bias (the fp32 path keeps biased fp8
+// linears).
+static bool fp8_on_tensor_cores(const Node *n, int64_t c_cols, bool has_bias) {
+  return n->prec == DT_FP8 && !has_bias && c_cols % 4 == 0;
+}
+
+// The operand's amax (as lower_quantize_operand's fp8 branch), then the E4M3 codes, K-major and
+// zero-padded, into a new scratch; the quantize kernel also writes the scale, a float in a
+// scratch of its own (*scale_slot), for the GEMM. src_k_major: t is stored [R, K] (else [K, R], transposed here through
+// shared memory, a 32 x 32 tile a block). Returns the codes' slot and sets *scale_slot.
+static int quantize_fp8_codes(Lower *L, int node, int t, bool src_k_major, const char *role,
+                              int *scale_slot) {
+  const Ir *ir = L->ir;
+  SymSize rows = tensor_rows(ir, t);
+  int64_t cols = tensor_width(ir, t);
+  SymSize elems = sym_scale(rows, cols);
+  char sname[300], aname[320], cname[320], name[300], id[256], what[160], body[2600];
+  snprintf(sname, sizeof sname, "%s.%s.e4m3", ir->tensors[ir->nodes[node].out].name, role);
+  snprintf(aname, sizeof aname, "%s.amax", sname);
+  ident(id, sizeof id, sname);
+  snprintf(cname, sizeof cname, "%s.scale", sname);
+  int amax = lower_new_scratch(L, aname, sym_const(4));
+  int scale = lower_new_scratch(L, cname, sym_const(4));
+  *scale_slot = scale;
+  Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
+  z->zero_arg = scratch_arg(amax);
+  z->zero_bytes = sym_const(4);
+  const char *lt = dtype_load(ir->tensors[t].dtype);
+  KernelBuilder kb;
+  snprintf(name, sizeof name, "amax_%s", id);
+  snprintf(what, sizeof what, "%s operand: amax for the fp8 scale", role);
+  lower_comment(L, node, what);
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS * AMAX_PER_THREAD, ELEMENTWISE_THREADS);
+  kb_scratch(&kb, "unsigned", "amax_bits", amax, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_size(&kb, "n", elems);
+  snprintf(body, sizeof body,
+           "  __shared__ float warp_amax[WARP_SIZE];\n"
+           "  i64 first = (i64)blockIdx.x * blockDim.x * %d + threadIdx.x;\n"
+           "  float m = 0.0f;\n"
+           "  for (int k = 0; k < %d; k++) {\n"
+           "    i64 i = first + (i64)k * blockDim.x;\n"
+           "    float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
+           "    if (isfinite(v)) m = fmaxf(m, v);\n"
+           "  }\n"
+           "  m = warp_max(m);\n"
+           "  if (threadIdx.x %% WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;\n"
+           "  __syncthreads();\n"
+           "  if (threadIdx.x >= WARP_SIZE) return;\n"
+           "  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;\n"
+           "  m = warp_max(m);\n"
+           "  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));\n",
+           AMAX_PER_THREAD, AMAX_PER_THREAD, lt);
+  kb_end(&kb, body);
+  snprintf(name, sizeof name, "quantize_fp8_codes_%s", id);
+  snprintf(what, sizeof what, "%s operand to E4M3 codes, K-major%s, K padded to %d", role,
+           src_k_major ? "" : " (transposed)", FP8_K_ALIGN);
+  lower_comment(L, node, what);
+  const char *scale_text =
+      "  float scale = __uint_as_float(amax_bits[0]) / 448.0f;\n"
+      "  if (!(scale > 0.0f)) scale = 1.0f;\n"
+      "  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;\n";
+  int codes;
+  if (src_k_major) {
+    // t is [R, K], K = cols fixed: a thread per 4 codes of a row, one 32-bit store.
+    int64_t kp = (cols + FP8_K_ALIGN - 1) / FP8_K_ALIGN * FP8_K_ALIGN;
+    codes = lower_new_scratch(L, sname, sym_scale(rows, kp));
+    kb_begin(&kb, L, node, name, sym_scale(rows, kp / 4), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
+    kb_scratch(&kb, "unsigned", "out", codes, true);
+    kb_tensor_in(&kb, "x", t);
+    kb_scratch(&kb, "unsigned", "amax_bits", amax, false);
+    kb_scratch(&kb, "float", "scale_out", scale, true);
+    kb_size(&kb, "rows", rows);
+    snprintf(body, sizeof body,
+             "  enum { K = %lld, KP = %lld };\n"
+             "%s"
+             "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
+             "  if (i >= rows * (KP / 4)) return;\n"
+             "  const i64 row = i / (KP / 4);\n"
+             "  const int k0 = (int)(i %% (KP / 4)) * 4;\n"
+             "  unsigned word = 0;\n"
+             "#pragma unroll\n"
+             "  for (int j = 0; j < 4; j++)\n"
+             "    if (k0 + j < K) word |= (unsigned)e4m3_bits(%s(x, row * K + k0 + j) / scale) << (8 * j);\n"
+             "  out[i] = word;\n",
+             (long long)cols, (long long)kp, scale_text, lt);
+    kb_end(&kb, body);
+    return codes;
+  }
+  // t is [K, R], K = its rows (symbolic for a weight gradient's jagged reduction), R = cols: a
+  // block per 32 x 32 tile of t, read along R (coalesced), written along K. The grid counts
+  // (K + 31) / 32 tiles down K for each of the R_TILES across (the few past the padded K return).
+  int64_t r_tiles = (cols + 31) / 32;
+  codes = lower_new_scratch(L, sname, sym_scale(sym_add(rows, sym_const(FP8_K_ALIGN - 1)), cols));
+  kb_begin(&kb, L, node, name, sym_add(sym_scale(rows, r_tiles), sym_const(31 * r_tiles)), 32, 256);
+  kb_scratch(&kb, "unsigned char", "out", codes, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_scratch(&kb, "unsigned", "amax_bits", amax, false);
+  kb_scratch(&kb, "float", "scale_out", scale, true);
+  kb_size(&kb, "kdim", rows);
+  snprintf(body, sizeof body,
+           "  enum { R = %lld, R_TILES = %lld, TILE = 32 };\n"
+           "  __shared__ unsigned char tile[TILE][TILE + 4];\n"
+           "%s"
+           "  const i64 kp = (kdim + %d) / %d * %d;\n"
+           "  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;\n"
+           "  const int r0 = (int)(blockIdx.x %% R_TILES) * TILE;\n"
+           "  if (k0 >= kp) return;\n"
+           "  const int lane = threadIdx.x %% TILE, group = threadIdx.x / TILE;\n"
+           "  for (int kk = group; kk < TILE; kk += 8) {\n"
+           "    const i64 k = k0 + kk;\n"
+           "    const int r = r0 + lane;\n"
+           "    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(%s(x, k * R + r) / scale) : 0;\n"
+           "  }\n"
+           "  __syncthreads();\n"
+           "  for (int rr = group; rr < TILE; rr += 8) {\n"
+           "    const int r = r0 + rr;\n"
+           "    const i64 k = k0 + lane;\n"
+           "    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];\n"
+           "  }\n",
+           (long long)cols, (long long)r_tiles, scale_text, FP8_K_ALIGN - 1, FP8_K_ALIGN,
+           FP8_K_ALIGN, lt);
+  kb_end(&kb, body);
+  return codes;
+}
+
+// The fp8 GEMM C[m, n] = A · Bᵀ over E4M3 codes: a (stored [m, K]) and b ([n, K]) are the
+// operand tensors with their layouts as stored (a_k_major: a is [m, K], else [K, m]; the same
+// for b with n).
+static Launch *fp8_gemm(Lower *L, int node, int a, bool a_k_major, int b, bool b_k_major,
+                        const char *ra, const char *rb, LaunchArg c, SymSize m, int64_t n, SymSize k) {
+  int sa, sb;
+  int qa = quantize_fp8_codes(L, node, a, a_k_major, ra, &sa);
+  int qb = quantize_fp8_codes(L, node, b, b_k_major, rb, &sb);
+  Launch *g = new_gemm(L, node, scratch_arg(qa), scratch_arg(qb), c, m, n, k, DT_FP8);
+  g->gemm_trans_b = true;
+  g->gemm_scale_a = scratch_arg(sa);
+  g->gemm_scale_b = scratch_arg(sb);
+  g->gemm_k_align = FP8_K_ALIGN;
+  return g;
+}
+
 // Prepares operand t (rows x cols, reduction along cols when k_contiguous) for a GEMM of
 // type `type` at precision `prec`: returns the argument the GEMM reads.
 static LaunchArg prepare_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
@@ -236,6 +397,10 @@ static Launch *new_gemm(Lower *L, int node, LaunchArg a, LaunchArg b, LaunchArg 
   g->gemm_k = k;
   g->gemm_dtype = type;
   g->gemm_act = ACT_NONE;
+  g->gemm_scale_a = tensor_arg(-1);
+  g->gemm_scale_a.kind = ARG_INT;
+  g->gemm_scale_b = g->gemm_scale_a;
+  g->gemm_k_align = 0;
   g->threads = 0;
   g->per_block = 0;
   return g;
@@ -280,13 +445,28 @@ bool lower_gemm(Lower *L, int node) {
       bool bwd = n->op == OP_LINEAR_ACT_BWD;
       int x = n->ins[bwd ? 1 : 0], w = n->ins[bwd ? 2 : 1];
       int bias = n->nins > (bwd ? 3 : 2) ? n->ins[bwd ? 3 : 2] : -1;
-      LaunchArg a = prepare_operand(L, node, x, n->prec, type, true, "x");
-      LaunchArg b = prepare_operand(L, node, w, n->prec, type, false, "w");
       DType out = ir->tensors[n->out].dtype;
-      bool direct = !bwd && (out == type || out == DT_F32) &&
-                    (node_act(n) == ACT_NONE || node_act(n) == ACT_RELU);
       SymSize m = tensor_rows(ir, x);
       int64_t cols = tensor_width(ir, w);
+      if (fp8_on_tensor_cores(n, cols, bias >= 0)) {
+        // x is [M, d] (K-major), w is [d, n] (transposed into [n, d] codes).
+        bool direct = !bwd && out == DT_F32 && node_act(n) == ACT_NONE;
+        int pre = -1;
+        LaunchArg c = tensor_arg(n->out);
+        if (!direct) {
+          char sname[300];
+          snprintf(sname, sizeof sname, "%s.preact", ir->tensors[n->out].name);
+          pre = lower_new_scratch(L, sname, sym_scale(m, cols * 4));
+          c = scratch_arg(pre);
+        }
+        fp8_gemm(L, node, x, true, w, false, "x", "w", c, m, cols, sym_const(tensor_width(ir, x)));
+        if (!direct) epilogue_kernel(L, node, pre, bwd);
+        return true;
+      }
+      LaunchArg a = prepare_operand(L, node, x, n->prec, type, true, "x");
+      LaunchArg b = prepare_operand(L, node, w, n->prec, type, false, "w");
+      bool direct = !bwd && (out == type || out == DT_F32) &&
+                    (node_act(n) == ACT_NONE || node_act(n) == ACT_RELU);
       LaunchArg c;
       int pre = -1;
       if (direct) {
@@ -308,11 +488,25 @@ bool lower_gemm(Lower *L, int node) {
     }
     case OP_LINEAR_BWD_X: {
       int dz = n->ins[0], w = n->ins[1];
-      LaunchArg a = prepare_operand(L, node, dz, n->prec, type, true, "dz");
-      LaunchArg b = prepare_operand(L, node, w, n->prec, type, true, "w");
       DType out = ir->tensors[n->out].dtype;
       SymSize m = tensor_rows(ir, dz);
       int64_t d = tensor_width(ir, n->out);
+      if (fp8_on_tensor_cores(n, d, false)) {
+        // dz is [M, n] and w is [d, n]: both K-major already.
+        LaunchArg c = tensor_arg(n->out);
+        int s = -1;
+        if (out != DT_F32) {
+          char sname[300];
+          snprintf(sname, sizeof sname, "%s.fp32", ir->tensors[n->out].name);
+          s = lower_new_scratch(L, sname, sym_scale(m, d * 4));
+          c = scratch_arg(s);
+        }
+        fp8_gemm(L, node, dz, true, w, true, "dz", "w", c, m, d, sym_const(tensor_width(ir, dz)));
+        if (s >= 0) epilogue_kernel(L, node, s, false);  // act none: a rounding copy
+        return true;
+      }
+      LaunchArg a = prepare_operand(L, node, dz, n->prec, type, true, "dz");
+      LaunchArg b = prepare_operand(L, node, w, n->prec, type, true, "w");
       if (out == type || out == DT_F32) {
         Launch *g = new_gemm(L, node, a, b, tensor_arg(n->out), m, d, sym_const(tensor_width(ir, dz)), type);
         g->gemm_trans_b = true;
@@ -328,6 +522,12 @@ bool lower_gemm(Lower *L, int node) {
     }
     case OP_LINEAR_BWD_W: {
       int x = n->ins[0], dz = n->ins[1];
+      if (fp8_on_tensor_cores(n, tensor_width(ir, dz), false) && ir->tensors[n->out].dtype == DT_F32) {
+        // x is [M, d] and dz is [M, n], the reduction over M: both transposed into codes.
+        fp8_gemm(L, node, x, false, dz, false, "x", "dz", tensor_arg(n->out),
+                 sym_const(tensor_width(ir, x)), tensor_width(ir, dz), tensor_rows(ir, x));
+        return true;
+      }
       LaunchArg a = prepare_operand(L, node, x, n->prec, type, false, "x");
       LaunchArg b = prepare_operand(L, node, dz, n->prec, type, false, "dz");
       Launch *g = new_gemm(L, node, a, b, tensor_arg(n->out), sym_const(tensor_width(ir, x)),

@@ -164,15 +164,17 @@ static double gemm_c_elem(const Plan *p, const BatchSizes *b, const Launch *l, d
 
 static LaunchCost gemm_cost(const Plan *p, const BatchSizes *b, const Launch *l) {
   double m = eval(b, l->gemm_m), n = (double)l->gemm_n, k = eval(b, l->gemm_k);
-  double op = dtype_size(l->gemm_dtype), c = gemm_c_elem(p, b, l, m * n);
+  // fp8 GEMMs read E4M3 codes, a byte each, over the padded k.
+  double op = l->gemm_dtype == DT_FP8 ? 1 : dtype_size(l->gemm_dtype), c = gemm_c_elem(p, b, l, m * n);
   LaunchCost cost = {0};
   cost.flops = 2 * m * n * k;
   cost.bytes = (m * k + k * n) * op + m * n * c * (l->gemm_beta != 0 ? 2 : 1);
   if (l->gemm_has_bias && l->gemm_bias.kind == ARG_TENSOR && l->gemm_bias.tensor >= 0)
     cost.bytes += n * dtype_size(p->ir->tensors[l->gemm_bias.tensor].dtype);
-  // Only bf16 and fp16 GEMMs run on tensor cores: cublaslt.c computes fp32 ones in
-  // CUBLAS_COMPUTE_32F, which allows no TF32.
-  cost.tensor_core = l->gemm_dtype == DT_BF16 || l->gemm_dtype == DT_FP16;
+  // bf16, fp16 and fp8 GEMMs run on tensor cores (fp8 bounded here by the bf16 peak, as every
+  // tensor-core launch is: half its own); cublaslt.c computes fp32 ones in CUBLAS_COMPUTE_32F,
+  // which allows no TF32.
+  cost.tensor_core = l->gemm_dtype == DT_BF16 || l->gemm_dtype == DT_FP16 || l->gemm_dtype == DT_FP8;
   return cost;
 }
 

@@ -134,6 +134,8 @@ void memplan_build(Plan *p) {
       note_arg(&l->gemm_b, li, first_t, last_t, first_s, last_s);
       note_arg(&l->gemm_c, li, first_t, last_t, first_s, last_s);
       if (l->gemm_has_bias) note_arg(&l->gemm_bias, li, first_t, last_t, first_s, last_s);
+      note_arg(&l->gemm_scale_a, li, first_t, last_t, first_s, last_s);  // ARG_INT unless fp8
+      note_arg(&l->gemm_scale_b, li, first_t, last_t, first_s, last_s);
     }
     if (l->kind == LAUNCH_ZERO) note_arg(&l->zero_arg, li, first_t, last_t, first_s, last_s);
   }

@@ -114,7 +114,10 @@ typedef struct Launch {
   bool gemm_trans_a, gemm_trans_b, gemm_has_bias;
   float gemm_beta;
   Act gemm_act;
-  DType gemm_dtype;      // operand type: fp32, bf16, fp16
+  DType gemm_dtype;      // operand type: fp32, bf16, fp16, or fp8: E4M3 codes, both K-major
+                         // (trans_b, not trans_a), each scaled by a device float
+  LaunchArg gemm_scale_a, gemm_scale_b;  // fp8: the scales (a scratch's float [1]); else ARG_INT
+  int gemm_k_align;      // fp8: k is rounded up to this multiple (the codes are zero-padded)
   // LAUNCH_ZERO
   int zero_tensor;       // the tensor when zero_arg is ARG_TENSOR, else -1
   LaunchArg zero_arg;

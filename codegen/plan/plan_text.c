@@ -86,12 +86,15 @@ void plan_print(FILE *out, const Plan *p) {
       print_sym(out, l->gemm_m);
       fprintf(out, " n %" PRId64 " k ", l->gemm_n);
       print_sym(out, l->gemm_k);
-      fprintf(out, " ta %d tb %d bias %d beta %a act %s dtype %s", l->gemm_trans_a, l->gemm_trans_b,
-              l->gemm_has_bias, (double)l->gemm_beta, act_name(l->gemm_act), dtype_name(l->gemm_dtype));
+      fprintf(out, " ta %d tb %d bias %d beta %a act %s dtype %s kalign %d", l->gemm_trans_a, l->gemm_trans_b,
+              l->gemm_has_bias, (double)l->gemm_beta, act_name(l->gemm_act), dtype_name(l->gemm_dtype),
+              l->gemm_k_align);
       print_arg(out, &l->gemm_a);
       print_arg(out, &l->gemm_b);
       print_arg(out, &l->gemm_c);
       print_arg(out, &l->gemm_bias);
+      print_arg(out, &l->gemm_scale_a);
+      print_arg(out, &l->gemm_scale_b);
     } else {
       fprintf(out, " bytes ");
       print_sym(out, l->zero_bytes);
@@ -306,10 +309,14 @@ bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *o
         if (!act_from_name(word(&r, arena), &l->gemm_act)) r.ok = false;
         expect(&r, "dtype");
         if (!dtype_from_name(word(&r, arena), &l->gemm_dtype)) r.ok = false;
+        expect(&r, "kalign"); l->gemm_k_align = (int)num(&r);
+        if (l->gemm_k_align < 0 || l->gemm_k_align > 256) r.ok = false;
         l->gemm_a = read_arg(&r, arena);
         l->gemm_b = read_arg(&r, arena);
         l->gemm_c = read_arg(&r, arena);
         l->gemm_bias = read_arg(&r, arena);
+        l->gemm_scale_a = read_arg(&r, arena);
+        l->gemm_scale_b = read_arg(&r, arena);
       } else {
         expect(&r, "bytes");
         l->zero_bytes = sym(&r);

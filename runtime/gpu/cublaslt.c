@@ -26,11 +26,12 @@ typedef struct LtHeuristic {
 } LtHeuristic;
 
 enum {
-  R_32F = 0, R_16F = 2, R_16BF = 14,                       // cudaDataType_t
+  R_32F = 0, R_16F = 2, R_16BF = 14, R_8F_E4M3 = 28,       // cudaDataType_t
   COMPUTE_32F = 68,                                        // cublasComputeType_t
   OP_N = 0, OP_T = 1,                                      // cublasOperation_t
   DESC_TRANSA = 3, DESC_TRANSB = 4, DESC_EPILOGUE = 7, DESC_BIAS_POINTER = 8,
-  DESC_BIAS_DATA_TYPE = 26,                                // cublasLtMatmulDescAttributes_t
+  DESC_BIAS_DATA_TYPE = 26, DESC_A_SCALE_POINTER = 17,
+  DESC_B_SCALE_POINTER = 18,                               // cublasLtMatmulDescAttributes_t
   EPI_DEFAULT = 1, EPI_RELU = 2, EPI_BIAS = 4, EPI_RELU_BIAS = 6,
   PREF_MAX_WORKSPACE_BYTES = 1, PREF_ALIGN_A = 5, PREF_ALIGN_B = 6, PREF_ALIGN_C = 7,
   PREF_ALIGN_D = 8,
@@ -156,6 +157,7 @@ static int lt_type(DType t) {
   switch (t) {
   case DT_BF16: return R_16BF;
   case DT_FP16: return R_16F;
+  case DT_FP8: return R_8F_E4M3;
   default: return R_32F;
   }
 }
@@ -224,8 +226,31 @@ static void describe(const GemmShape *s, char *out, size_t size) {
 
 bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
               CUdeviceptr bias, CUstream stream, char *err, size_t err_size) {
+  return gemm_run_scaled(g, s, a, b, c, bias, 0, 0, stream, err, err_size);
+}
+
+// Why cuBLASLt's FP8 kernels cannot take shape s, or NULL when they can.
+static const char *fp8_refusal(const GemmShape *s, CUdeviceptr scale_a, CUdeviceptr scale_b) {
+  if (s->trans_a || !s->trans_b) return "fp8 operands must both be K-major (B^T, not A^T)";
+  if (s->k % 16 != 0) return "fp8 needs k a multiple of 16";
+  if (s->c_dtype != DT_F32 || s->n % 4 != 0) return "fp8 writes an fp32 C with n a multiple of 4";
+  if (s->has_bias || s->act != ACT_NONE) return "fp8 takes no bias or activation epilogue";
+  if (!scale_a || !scale_b) return "fp8 needs both operands' scales";
+  return NULL;
+}
+
+bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                     CUdeviceptr bias, CUdeviceptr scale_a, CUdeviceptr scale_b, CUstream stream,
+                     char *err, size_t err_size) {
   char shape[160];
   describe(s, shape, sizeof shape);
+  if (s->dtype == DT_FP8) {
+    const char *why = fp8_refusal(s, scale_a, scale_b);
+    if (why) {
+      snprintf(err, err_size, "%s: %s", shape, why);
+      return false;
+    }
+  }
   if (s->m == 0 || s->n == 0) return true;
   const CudaDriver *drv = cuda_driver();
   size_t elem = s->c_dtype == DT_F32 ? 4 : 2;
@@ -283,6 +308,13 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
       g->desc_set(desc, DESC_TRANSB, &op_b, sizeof op_b) != 0 ||
       g->desc_set(desc, DESC_EPILOGUE, &epi, sizeof epi) != 0)
     goto done;
+  if (s->dtype == DT_FP8) {
+    // Lt's A is our B: its scale is ours of B.
+    void *sa = (void *)(uintptr_t)scale_b, *sb = (void *)(uintptr_t)scale_a;
+    if (g->desc_set(desc, DESC_A_SCALE_POINTER, &sa, sizeof sa) != 0 ||
+        g->desc_set(desc, DESC_B_SCALE_POINTER, &sb, sizeof sb) != 0)
+      goto done;
+  }
   if (s->has_bias) {
     void *bias_ptr = (void *)(uintptr_t)bias;
     int32_t bias_type = lt_type(bias_dtype);

@@ -33,7 +33,7 @@ typedef struct GemmShape {
   int64_t m, n, k;
   bool trans_a;       // A is stored [k, m] (else [m, k])
   bool trans_b;       // B is stored [n, k] (else [k, n])
-  DType dtype;        // A and B: DT_F32, DT_BF16 or DT_FP16
+  DType dtype;        // A and B: DT_F32, DT_BF16 or DT_FP16; DT_FP8: E4M3 codes (below)
   DType c_dtype;      // C: the same, or DT_F32 with 16-bit operands (fp32 gradients)
   float alpha, beta;
   bool has_bias;      // bias[n], of bias_dtype (DT_F32 or c_dtype)
@@ -46,5 +46,14 @@ typedef struct GemmShape {
 // algorithm for it or the call fails.
 bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
               CUdeviceptr bias, CUstream stream, char *err, size_t err_size);
+// The same, for DT_FP8 too: A and B hold E4M3 codes and the product is scaled by the floats at
+// scale_a and scale_b (device memory, read when the GEMM runs): C = alpha · sa · sb · A · Bᵀ +
+// beta · C. cuBLASLt's FP8 kernels need both operands K-major (trans_b and not trans_a), k a
+// multiple of 16, an fp32 C with n a multiple of 4, and no bias or activation; fp32 accumulation
+// (FAST_ACCUM off). Other shapes are refused with a message. scale_a and scale_b are ignored
+// for other types.
+bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
+                     CUdeviceptr bias, CUdeviceptr scale_a, CUdeviceptr scale_b, CUstream stream,
+                     char *err, size_t err_size);
 
 #endif

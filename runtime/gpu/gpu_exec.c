@@ -468,15 +468,20 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_si
     return true;
   }
   case LAUNCH_GEMM: {
-    ArgValue a, b, c, bias = {0};
+    ArgValue a, b, c, bias = {0}, scale_a = {0}, scale_b = {0};
+    bool fp8 = l->gemm_dtype == DT_FP8;
     if (!arg_value(g, &l->gemm_a, step, &a, err, err_size) ||
         !arg_value(g, &l->gemm_b, step, &b, err, err_size) ||
         !arg_value(g, &l->gemm_c, step, &c, err, err_size) ||
-        (l->gemm_has_bias && !arg_value(g, &l->gemm_bias, step, &bias, err, err_size)))
+        (l->gemm_has_bias && !arg_value(g, &l->gemm_bias, step, &bias, err, err_size)) ||
+        (fp8 && (!arg_value(g, &l->gemm_scale_a, step, &scale_a, err, err_size) ||
+                 !arg_value(g, &l->gemm_scale_b, step, &scale_b, err, err_size))))
       return false;
+    int64_t k = sym(l->gemm_k, s->B, s->totals);
+    if (l->gemm_k_align > 1) k = (k + l->gemm_k_align - 1) / l->gemm_k_align * l->gemm_k_align;
     GemmShape sh = {.m = sym(l->gemm_m, s->B, s->totals), .n = l->gemm_n,
                     .c_dtype = gemm_c_dtype(g, l),
-                    .k = sym(l->gemm_k, s->B, s->totals), .trans_a = l->gemm_trans_a,
+                    .k = k, .trans_a = l->gemm_trans_a,
                     .trans_b = l->gemm_trans_b, .dtype = l->gemm_dtype, .alpha = 1.0f,
                     .beta = l->gemm_beta, .has_bias = l->gemm_has_bias,
                     .bias_dtype = l->gemm_has_bias && l->gemm_bias.kind == ARG_TENSOR
@@ -484,7 +489,8 @@ static bool launch_one(GpuExec *g, int i, int64_t step, char *err, size_t err_si
                                       : l->gemm_dtype,
                     .act = l->gemm_act};
     char e[512];
-    if (!gemm_run(g->gemm, &sh, a.ptr, b.ptr, c.ptr, bias.ptr, g->compute, e, sizeof e))
+    if (!gemm_run_scaled(g->gemm, &sh, a.ptr, b.ptr, c.ptr, bias.ptr, scale_a.ptr, scale_b.ptr,
+                         g->compute, e, sizeof e))
       return fail(err, err_size, "launch %d (IR node %d, %s): %s", i, l->node,
                   sizes_text(g, sizes, sizeof sizes), e);
     g->enqueued = sh.m > 0 && sh.n > 0;
@@ -1198,7 +1204,8 @@ static bool launch_touches(const Plan *p, const Ir *ir, const Launch *l, int b) 
     case LAUNCH_GEMM:
       return arg_buffer(p, ir, &l->gemm_a, b) || arg_buffer(p, ir, &l->gemm_b, b) ||
              arg_buffer(p, ir, &l->gemm_c, b) ||
-             (l->gemm_has_bias && arg_buffer(p, ir, &l->gemm_bias, b));
+             (l->gemm_has_bias && arg_buffer(p, ir, &l->gemm_bias, b)) ||
+             arg_buffer(p, ir, &l->gemm_scale_a, b) || arg_buffer(p, ir, &l->gemm_scale_b, b);
     case LAUNCH_KERNEL:
       for (int i = 0; i < l->nargs; i++)
         if (arg_buffer(p, ir, &l->args[i], b)) return true;

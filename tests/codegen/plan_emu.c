@@ -90,7 +90,31 @@ static DType arg_dtype(const LaunchArg *a, DType scratch_type) {
   return a->kind == ARG_TENSOR ? ir->tensors[a->tensor].dtype : scratch_type;
 }
 
+// An fp8 GEMM over E4M3 codes (lower_gemm.c): both K-major, k zero-padded, C = sa · sb · Σ a·b.
+static void run_gemm_fp8(const Launch *l) {
+  int64_t m = eval(l->gemm_m), n = l->gemm_n, k = eval(l->gemm_k);
+  if (l->gemm_k_align > 1) k = (k + l->gemm_k_align - 1) / l->gemm_k_align * l->gemm_k_align;
+  const uint8_t *A = (const uint8_t *)arg_ptr(&l->gemm_a), *Bm = (const uint8_t *)arg_ptr(&l->gemm_b);
+  float sa = *(const float *)arg_ptr(&l->gemm_scale_a), sb = *(const float *)arg_ptr(&l->gemm_scale_b);
+  float *C = (float *)arg_ptr(&l->gemm_c);
+  if (l->gemm_trans_a || !l->gemm_trans_b || l->gemm_has_bias || l->gemm_beta != 0 ||
+      arg_dtype(&l->gemm_c, DT_F32) != DT_F32) {
+    fprintf(stderr, "plan_emu: an fp8 GEMM of a layout cuBLASLt's FP8 kernels refuse\n");
+    exit(2);
+  }
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t j = 0; j < n; j++) {
+      double acc = 0;
+      for (int64_t p = 0; p < k; p++) acc += (double)e4m3_decode(A[i * k + p]) * e4m3_decode(Bm[j * k + p]);
+      C[i * n + j] = (float)(acc * sa * sb);
+    }
+}
+
 static void run_gemm(const Launch *l) {
+  if (l->gemm_dtype == DT_FP8) {
+    run_gemm_fp8(l);
+    return;
+  }
   int64_t m = eval(l->gemm_m), n = l->gemm_n, k = eval(l->gemm_k);
   const char *A = arg_ptr(&l->gemm_a), *Bm = arg_ptr(&l->gemm_b);
   char *C = arg_ptr(&l->gemm_c);

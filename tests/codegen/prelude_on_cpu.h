@@ -9,6 +9,7 @@ float bf16_decode(uint16_t h);
 uint16_t fp16_encode(float x);
 float fp16_decode(uint16_t h);
 float e4m3_round(float x);
+uint8_t e4m3_encode(float x);
 int mxfp8_block_exponent(float amax);
 }
 typedef long long i64;
@@ -44,6 +45,7 @@ template <int N> inline void load_fp16_n(const fp16_t *p, i64 i, float *v) {
   for (int k = 0; k < N; k++) v[k] = load_fp16(p, i + k);
 }
 inline int mx_block_exponent(float amax) { return mxfp8_block_exponent(amax); }
+inline unsigned char e4m3_bits(float x) { return e4m3_encode(x); }
 inline double act_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 inline double act_silu(double x) { return x * act_sigmoid(x); }
 inline double act_relu(double x) { return x > 0 ? x : 0.0; }

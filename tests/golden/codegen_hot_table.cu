@@ -8,7 +8,7 @@
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
-//          e4m3_round
+//          e4m3_round, e4m3_bits
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
 
@@ -121,6 +121,14 @@ __device__ __forceinline__ float e4m3_round(float x) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
   fp16_t lo = {(unsigned short)(halves & 0xffffu)};
   return fp16_to_float(lo);
+}
+
+// The E4M3 code of x (rounded to nearest even, saturating to ±448; NaN stays NaN): what
+// cuBLASLt's FP8 GEMMs read (codegen/ops/lower_gemm.c).
+__device__ __forceinline__ unsigned char e4m3_bits(float x) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  return (unsigned char)(pair & 0xffu);
 }
 
 // The E8M0 exponent of an mxfp8 block with max magnitude amax: floor(log2 amax) - 8, clamped
@@ -251,7 +259,7 @@ embed_pool_h(float *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_f32(table, ids[p] * DIM + col);
   store_f32(out, i, acc);
 }
-#line 255 "model.cu"
+#line 263 "model.cu"
 
 // codegen_hot_table.gem:20:7 embed_pool mean (fwd)
 //     k = embed(kind, clicks, pool = mean);
@@ -270,7 +278,7 @@ embed_pool_k(float *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_f32(table, ids[p] * DIM + col);
   store_f32(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 274 "model.cu"
+#line 282 "model.cu"
 
 // codegen_hot_table.gem:21:7 embed sparse (fwd)
 //     c = embed(acts, ad);
@@ -286,7 +294,7 @@ embed_c(float *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 290 "model.cu"
+#line 298 "model.cu"
 
 // codegen_hot_table.gem:22:7 embed_pool sum (fwd)
 //     w = embed(wide, history, pool = sum);
@@ -311,7 +319,7 @@ concat_y_concat0(float *__restrict__ out,
   else if (col < 144) { store_f32(out, i, load_f32(x2, row * 48 + col - 96)); return; }
   else if (col < 192) { store_f32(out, i, load_f32(x3, row * 48 + col - 144)); return; }
 }
-#line 315 "model.cu"
+#line 323 "model.cu"
 
 // codegen_hot_table.gem:23:7 linear activation epilogue (fwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -323,7 +331,7 @@ act_gelu_y_mlp0_l0(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 327 "model.cu"
+#line 335 "model.cu"
 
 // codegen_hot_table.gem:24:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -342,7 +350,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 346 "model.cu"
+#line 354 "model.cu"
 
 // codegen_hot_table.gem:24:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -355,7 +363,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 359 "model.cu"
+#line 367 "model.cu"
 
 // codegen_hot_table.gem:24:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -370,7 +378,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 374 "model.cu"
+#line 382 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -396,7 +404,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 400 "model.cu"
+#line 408 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -411,7 +419,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 415 "model.cu"
+#line 423 "model.cu"
 
 // codegen_hot_table.gem:23:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -424,7 +432,7 @@ act_grad_gelu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 428 "model.cu"
+#line 436 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -450,7 +458,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 454 "model.cu"
+#line 462 "model.cu"
 
 // codegen_hot_table.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -465,7 +473,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 469 "model.cu"
+#line 477 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -480,7 +488,7 @@ slice_h_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 0 + col));
 }
-#line 484 "model.cu"
+#line 492 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -495,7 +503,7 @@ slice_k_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 48 + col));
 }
-#line 499 "model.cu"
+#line 507 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -510,7 +518,7 @@ slice_c_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 96 + col));
 }
-#line 514 "model.cu"
+#line 522 "model.cu"
 
 // codegen_hot_table.gem:23:11 slice fp32 (bwd)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -525,7 +533,7 @@ slice_w_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, row * 192 + 144 + col));
 }
-#line 529 "model.cu"
+#line 537 "model.cu"
 
 // codegen_hot_table.gem:22:7 embed_pool_bwd sum (bwd)
 //     w = embed(wide, history, pool = sum);
@@ -544,7 +552,7 @@ embed_pool_bwd_w_grad_per_id(float *__restrict__ out,
   float g = load_f32(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 548 "model.cu"
+#line 556 "model.cu"
 
 // codegen_hot_table.gem:20:7 embed_pool_bwd mean (bwd)
 //     k = embed(kind, clicks, pool = mean);
@@ -563,7 +571,7 @@ embed_pool_bwd_k_grad_per_id(float *__restrict__ out,
   float g = load_f32(dy, b * DIM + col);
   store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
 }
-#line 567 "model.cu"
+#line 575 "model.cu"
 
 // codegen_hot_table.gem:19:7 embed_pool_bwd sum (bwd)
 //     h = embed(acts, history, pool = sum);
@@ -913,7 +921,7 @@ table_grad_gather_acts_kind_wide(i64 *__restrict__ keys0,
     if (k < 2448) { state2[k] = 0; continue; }  // @wide's sort state
   }
 }
-#line 917 "model.cu"
+#line 925 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad digit histograms, 3 tables' sorts in one launch (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -942,7 +950,7 @@ table_grad_radix_histogram_acts_kind_wide(int *__restrict__ state0,
     return;
   }
 }
-#line 946 "model.cu"
+#line 954 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad radix pass, 3 tables' sorts in one launch (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -980,7 +988,7 @@ table_grad_radix_pass0_acts_kind_wide(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 984 "model.cu"
+#line 992 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad id runs, 3 tables' sorts in one launch (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -1015,7 +1023,7 @@ table_grad_runs_acts_kind_wide(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1019 "model.cu"
+#line 1027 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -1082,7 +1090,7 @@ table_grad_parts_acts(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 1086 "model.cu"
+#line 1094 "model.cu"
 
 // codegen_hot_table.gem:15:3 table_grad sum per distinct id (its parts in order), then rowwise_adagrad (bwd)
 //     table acts : rows 3, optim rowwise_adagrad(lr = 0.05);
@@ -1125,7 +1133,7 @@ table_grad_apply_acts(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - step * grad[col]));
 }
-#line 1129 "model.cu"
+#line 1137 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad each distinct id's run summed in 16 parts, a block each (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1188,7 +1196,7 @@ table_grad_parts_kind(const i64 *__restrict__ rows_grad,
     if (group == 0 && col < DIM) out[col] = g;
   }
 }
-#line 1192 "model.cu"
+#line 1200 "model.cu"
 
 // codegen_hot_table.gem:16:3 table_grad sum per distinct id (its parts in order), then sgd (bwd)
 //     table kind : rows 2, optim sgd(lr = 0.1);
@@ -1223,7 +1231,7 @@ table_grad_apply_kind(float *__restrict__ rows_grad,
   for (int col = threadIdx.x; col < DIM; col += blockDim.x)
     store_f32(table, row * DIM + col, (float)(load_f32(table, row * DIM + col) - 0.1 * grad[col]));
 }
-#line 1227 "model.cu"
+#line 1235 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1307,7 +1315,7 @@ table_grad_apply_wide(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1311 "model.cu"
+#line 1319 "model.cu"
 
 // codegen_hot_table.gem:17:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table wide : rows 20, optim rowwise_adagrad(lr = 0.05);
@@ -1383,7 +1391,7 @@ table_grad_apply_long_wide(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1387 "model.cu"
+#line 1395 "model.cu"
 
 // codegen_hot_table.gem:23:7 adamw of 4 parameters, @y.mlp0.l0.w first (optimizer)
 //     y = mlp(concat(h, k, c, w), [16, 1], act = gelu);
@@ -1438,4 +1446,4 @@ adamw_4_params_y_mlp0_l0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1442 "model.cu"
+#line 1450 "model.cu"

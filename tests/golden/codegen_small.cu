@@ -8,7 +8,7 @@
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
-//          e4m3_round
+//          e4m3_round, e4m3_bits
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
 
@@ -121,6 +121,14 @@ __device__ __forceinline__ float e4m3_round(float x) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
   fp16_t lo = {(unsigned short)(halves & 0xffffu)};
   return fp16_to_float(lo);
+}
+
+// The E4M3 code of x (rounded to nearest even, saturating to ±448; NaN stays NaN): what
+// cuBLASLt's FP8 GEMMs read (codegen/ops/lower_gemm.c).
+__device__ __forceinline__ unsigned char e4m3_bits(float x) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  return (unsigned char)(pair & 0xffu);
 }
 
 // The E8M0 exponent of an mxfp8 block with max magnitude amax: floor(log2 amax) - 8, clamped
@@ -251,7 +259,7 @@ embed_pool_h(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, acc);
 }
-#line 255 "model.cu"
+#line 263 "model.cu"
 
 // codegen_small.gem:17:7 embed sparse (fwd)
 //     a = embed(items, ad);
@@ -267,7 +275,7 @@ embed_a(bf16_t *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_bf16(out, i, load_bf16(table, ids[row] * DIM + col));
 }
-#line 271 "model.cu"
+#line 279 "model.cu"
 
 // codegen_small.gem:18:7 embed_pool mean (fwd)
 //     t = embed(tagt, tags, pool = mean);
@@ -286,7 +294,7 @@ embed_pool_t(bf16_t *__restrict__ out,
   for (i64 p = offsets[b]; p < offsets[b + 1]; p++) acc += load_bf16(table, ids[p] * DIM + col);
   store_bf16(out, i, offsets[b + 1] > offsets[b] ? acc / (float)(offsets[b + 1] - offsets[b]) : 0.0f);
 }
-#line 290 "model.cu"
+#line 298 "model.cu"
 
 // codegen_small.gem:19:7 linear x operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -298,7 +306,7 @@ cast_u_x_bf16(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, load_f32(x, i));
 }
-#line 302 "model.cu"
+#line 310 "model.cu"
 
 // codegen_small.gem:19:7 linear w operand fp32 to bf16 (fwd)
 //     u = linear(c, 16);
@@ -316,7 +324,7 @@ add_r_add0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) + load_bf16(b, i));
 }
-#line 320 "model.cu"
+#line 328 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm eps=1e-06, with the residual add at 20:7 fused in (fwd)
 //     n = rmsnorm(r);
@@ -343,7 +351,7 @@ add_rmsnorm_n(bf16_t *__restrict__ y,
   for (int j = lane; j < WIDTH; j += WARP_SIZE)
     store_bf16(y, row * WIDTH + j, (float)((double)load_bf16(sum, row * WIDTH + j) * inv_rms * load_f32(gain, j)));
 }
-#line 347 "model.cu"
+#line 355 "model.cu"
 
 // codegen_small.gem:22:12 mul then act silu, fused (fwd)
 //     g = silu(u * n);
@@ -360,7 +368,7 @@ mul_act_g(bf16_t *__restrict__ y,
   float stored = load_bf16(out, i);  // the act reads what its input holds
   store_bf16(y, i, (float)act_silu((double)stored));
 }
-#line 364 "model.cu"
+#line 372 "model.cu"
 
 // codegen_small.gem:23:17 sub bf16 (fwd)
 //     l = layernorm(a - g);
@@ -374,7 +382,7 @@ sub_l_sub0(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) - load_bf16(b, i));
 }
-#line 378 "model.cu"
+#line 386 "model.cu"
 
 // codegen_small.gem:23:7 layernorm eps=1e-05 (fwd)
 //     l = layernorm(a - g);
@@ -398,7 +406,7 @@ layernorm_l(bf16_t *__restrict__ y,
     store_bf16(y, row * WIDTH + j,
         (float)(((double)load_bf16(x, row * WIDTH + j) - mean) * inv_std * load_f32(gain, j) + load_f32(bias, j)));
 }
-#line 402 "model.cu"
+#line 410 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact bf16 (fwd)
 //     i = dot_interact(a, t, l);
@@ -420,7 +428,7 @@ dot_interact_i(bf16_t *__restrict__ out,
   else if (pair == 2) for (int k = 0; k < DIM; k++) acc += load_bf16(x1, b * DIM + k) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 424 "model.cu"
+#line 432 "model.cu"
 
 // codegen_small.gem:25:11 concat bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -437,7 +445,7 @@ concat_y_concat0(bf16_t *__restrict__ out,
   if (col < 16) { store_bf16(out, i, load_bf16(x0, row * 16 + col - 0)); return; }
   else if (col < 19) { store_bf16(out, i, load_bf16(x1, row * 3 + col - 16)); return; }
 }
-#line 441 "model.cu"
+#line 449 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -453,7 +461,7 @@ act_gelu_y_mlp0_l0(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_gelu((double)pre[i]));
 }
-#line 457 "model.cu"
+#line 465 "model.cu"
 
 // codegen_small.gem:25:7 linear w operand fp32 to bf16 (fwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -476,7 +484,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 480 "model.cu"
+#line 488 "model.cu"
 
 // codegen_small.gem:26:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -489,7 +497,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 493 "model.cu"
+#line 501 "model.cu"
 
 // codegen_small.gem:26:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -504,7 +512,7 @@ bce_bwd_y_grad(bf16_t *__restrict__ dz,
   double z = load_bf16(logit, i), y = load_f32(label, i);
   store_bf16(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 508 "model.cu"
+#line 516 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -534,7 +542,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 538 "model.cu"
+#line 546 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -549,7 +557,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 553 "model.cu"
+#line 561 "model.cu"
 
 // codegen_small.gem:25:7 linear_act_bwd w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -566,7 +574,7 @@ act_grad_gelu_y_mlp0_l0_pre_grad(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_gelu_grad((double)pre[i])));
 }
-#line 570 "model.cu"
+#line 578 "model.cu"
 
 // codegen_small.gem:25:7 linear_bwd_x w operand fp32 to bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -596,7 +604,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 600 "model.cu"
+#line 608 "model.cu"
 
 // codegen_small.gem:25:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -611,7 +619,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 615 "model.cu"
+#line 623 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -626,7 +634,7 @@ slice_l_grad_1(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 0 + col));
 }
-#line 630 "model.cu"
+#line 638 "model.cu"
 
 // codegen_small.gem:25:11 slice bf16 (bwd)
 //     y = mlp(concat(l, i), [32, 1], act = gelu);
@@ -641,7 +649,7 @@ slice_i_grad(bf16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_bf16(out, i, load_bf16(x, row * 19 + 16 + col));
 }
-#line 645 "model.cu"
+#line 653 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 0 (bwd)
 //     i = dot_interact(a, t, l);
@@ -662,7 +670,7 @@ dot_interact_bwd_a_grad_2(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 1) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 666 "model.cu"
+#line 674 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 1 (bwd)
 //     i = dot_interact(a, t, l);
@@ -683,7 +691,7 @@ dot_interact_bwd_t_grad_1(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x2, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 687 "model.cu"
+#line 695 "model.cu"
 
 // codegen_small.gem:24:7 dot_interact_bwd of input 2 (bwd)
 //     i = dot_interact(a, t, l);
@@ -704,7 +712,7 @@ dot_interact_bwd_l_grad_0(bf16_t *__restrict__ out,
   acc += load_bf16(dy, b * PAIRS + 2) * load_bf16(x1, b * DIM + k);
   store_bf16(out, i, acc);
 }
-#line 708 "model.cu"
+#line 716 "model.cu"
 
 // codegen_small.gem:23:7 add bf16 (bwd)
 //     l = layernorm(a - g);
@@ -742,7 +750,7 @@ layernorm_bwd_x_l_sub0_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)((g - mean_g - xhat * mean_gx) / sigma));
   }
 }
-#line 746 "model.cu"
+#line 754 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain row statistics (bwd)
 //     l = layernorm(a - g);
@@ -762,7 +770,7 @@ layernorm_bwd_gain_stats_l_layernorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-05);
   if (lane == 0) { stats[2 * row] = mean; stats[2 * row + 1] = inv; }
 }
-#line 766 "model.cu"
+#line 774 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -791,7 +799,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 795 "model.cu"
+#line 803 "model.cu"
 
 // codegen_small.gem:23:7 layernorm_bwd_gain the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -806,7 +814,7 @@ layernorm_bwd_gain_l_layernorm0_gain_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 810 "model.cu"
+#line 818 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     l = layernorm(a - g);
@@ -832,7 +840,7 @@ reduce_rows_l_layernorm0_bias_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 836 "model.cu"
+#line 844 "model.cu"
 
 // codegen_small.gem:23:7 reduce_rows the column chunks added in order (bwd)
 //     l = layernorm(a - g);
@@ -849,7 +857,7 @@ scale_g_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)(-1.0) * load_bf16(a, i));
 }
-#line 853 "model.cu"
+#line 861 "model.cu"
 
 // codegen_small.gem:22:7 act_bwd silu (bwd)
 //     g = silu(u * n);
@@ -863,7 +871,7 @@ act_bwd_silu_g_mul0_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, (float)((double)load_bf16(dy, i) * act_silu_grad((double)load_bf16(x, i))));
 }
-#line 867 "model.cu"
+#line 875 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -877,7 +885,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_bf16(a, i) * load_bf16(b, i));
 }
-#line 881 "model.cu"
+#line 889 "model.cu"
 
 // codegen_small.gem:22:12 mul bf16 (bwd)
 //     g = silu(u * n);
@@ -909,7 +917,7 @@ rmsnorm_bwd_x_r_grad(bf16_t *__restrict__ dx,
     store_bf16(dx, i, (float)(load_f32(gain, j) * load_bf16(dy, i) / r - load_bf16(x, i) * dot / (WIDTH * r * r * r)));
   }
 }
-#line 913 "model.cu"
+#line 921 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain row statistics (bwd)
 //     n = rmsnorm(r);
@@ -927,7 +935,7 @@ rmsnorm_bwd_gain_stats_n_rmsnorm0_gain_grad(double *__restrict__ stats,
   double inv = 1.0 / sqrt(warp_sum(sum_sq) / WIDTH + 1e-06);
   if (lane == 0) { stats[2 * row] = 0.0; stats[2 * row + 1] = inv; }
 }
-#line 931 "model.cu"
+#line 939 "model.cu"
 
 // codegen_small.gem:21:7 rmsnorm_bwd_gain column sums in fixed row chunks, then the chunks in order (bwd)
 //     n = rmsnorm(r);
@@ -970,7 +978,7 @@ embed_pool_bwd_t_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g / (float)(offsets[b + 1] - offsets[b]));
 }
-#line 974 "model.cu"
+#line 982 "model.cu"
 
 // codegen_small.gem:17:7 add bf16 (bwd)
 //     a = embed(items, ad);
@@ -997,7 +1005,7 @@ embed_pool_bwd_h_grad_per_id(float *__restrict__ out,
   float g = load_bf16(dy, b * DIM + col);
   store_f32(out, i, g);
 }
-#line 1001 "model.cu"
+#line 1009 "model.cu"
 
 // --- table gradients: grouping ids by integer passes (kernels/table_grad.cuh) ---
 // table_grad.cuh: the id bookkeeping of a table's sparse gradient, without float atomics, in
@@ -1330,7 +1338,7 @@ table_grad_gather_items_tagt(i64 *__restrict__ keys0,
     if (k < 2448) { state1[k] = 0; continue; }  // @tagt's sort state
   }
 }
-#line 1334 "model.cu"
+#line 1342 "model.cu"
 
 // codegen_small.gem:13:3 table_grad digit histograms, 2 tables' sorts in one launch (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1352,7 +1360,7 @@ table_grad_radix_histogram_items_tagt(int *__restrict__ state0,
     return;
   }
 }
-#line 1356 "model.cu"
+#line 1364 "model.cu"
 
 // codegen_small.gem:13:3 table_grad radix pass, 2 tables' sorts in one launch (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1380,7 +1388,7 @@ table_grad_radix_pass0_items_tagt(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 1384 "model.cu"
+#line 1392 "model.cu"
 
 // codegen_small.gem:13:3 table_grad id runs, 2 tables' sorts in one launch (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1406,7 +1414,7 @@ table_grad_runs_items_tagt(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1410 "model.cu"
+#line 1418 "model.cu"
 
 // codegen_small.gem:13:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1494,7 +1502,7 @@ table_grad_apply_items(float *__restrict__ rows_grad,
     store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1498 "model.cu"
+#line 1506 "model.cu"
 
 // codegen_small.gem:13:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table items : rows 100, optim rowwise_adagrad(lr = 0.05);
@@ -1574,7 +1582,7 @@ table_grad_apply_long_items(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1578 "model.cu"
+#line 1586 "model.cu"
 
 // codegen_small.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1658,7 +1666,7 @@ table_grad_apply_tagt(float *__restrict__ rows_grad,
     store_bf16_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1662 "model.cu"
+#line 1670 "model.cu"
 
 // codegen_small.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table tagt  : rows 50;
@@ -1734,7 +1742,7 @@ table_grad_apply_long_tagt(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1738 "model.cu"
+#line 1746 "model.cu"
 
 // codegen_small.gem:19:7 adamw of 9 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 16);
@@ -1829,4 +1837,4 @@ adamw_9_params_u_linear0_w(float *__restrict__ w0,
   double m_hat = (double)m_new / bias1, v_hat = (double)v_new / bias2;
   w[i] = (float)(w[i] - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w[i]));
 }
-#line 1833 "model.cu"
+#line 1841 "model.cu"

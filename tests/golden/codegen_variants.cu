@@ -8,7 +8,7 @@
 // even (PTX cvt.rn), E4M3 is cvt.rn.satfinite, activations are evaluated in double.
 // Its types are the only ones generated code and kernels/*.cuh use: i64, bf16_t, fp16_t.
 // defines: i64, bf16_t, fp16_t, load_*/store_*, load_*_n/store_*_n, act_* (GELU_TAYLOR_*), warp_sum, block_sum,
-//          e4m3_round
+//          e4m3_round, e4m3_bits
 #ifndef GEMC_PRELUDE_CUH
 #define GEMC_PRELUDE_CUH
 
@@ -121,6 +121,14 @@ __device__ __forceinline__ float e4m3_round(float x) {
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
   fp16_t lo = {(unsigned short)(halves & 0xffffu)};
   return fp16_to_float(lo);
+}
+
+// The E4M3 code of x (rounded to nearest even, saturating to ±448; NaN stays NaN): what
+// cuBLASLt's FP8 GEMMs read (codegen/ops/lower_gemm.c).
+__device__ __forceinline__ unsigned char e4m3_bits(float x) {
+  unsigned short pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(x));
+  return (unsigned char)(pair & 0xffu);
 }
 
 // The E8M0 exponent of an mxfp8 block with max magnitude amax: floor(log2 amax) - 8, clamped
@@ -248,7 +256,7 @@ embed_a(float *__restrict__ out,
   i64 row = i / DIM, col = i % DIM;
   store_f32(out, i, load_f32(table, ids[row] * DIM + col));
 }
-#line 252 "model.cu"
+#line 260 "model.cu"
 
 // codegen_variants.gem:17:7 embed sparse (fwd)
 //     g = embed(geos, geo);
@@ -277,7 +285,7 @@ amax_u_x_fp8(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 281 "model.cu"
+#line 289 "model.cu"
 
 // codegen_variants.gem:18:7 linear x operand to fp8 (E4M3, one scale) (fwd)
 //     u = linear(c, 8) @fp8;
@@ -293,7 +301,7 @@ quantize_fp8_u_x_fp8(float *__restrict__ out,
   if (!(scale > 0.0f)) scale = 1.0f;
   store_f32(out, i, e4m3_round(load_f32(x, i) / scale) * scale);
 }
-#line 297 "model.cu"
+#line 305 "model.cu"
 
 // codegen_variants.gem:18:7 linear w operand: amax for the fp8 scale (fwd)
 //     u = linear(c, 8) @fp8;
@@ -313,7 +321,7 @@ act_none_u(bf16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_bf16(out, i, (float)act_none((double)pre[i]));
 }
-#line 317 "model.cu"
+#line 325 "model.cu"
 
 // codegen_variants.gem:19:7 linear x operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -325,7 +333,7 @@ cast_v_x_fp16(fp16_t *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_fp16(out, i, load_f32(x, i));
 }
-#line 329 "model.cu"
+#line 337 "model.cu"
 
 // codegen_variants.gem:19:7 linear w operand fp32 to fp16 (fwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -346,7 +354,7 @@ sub_act_m_sigmoid0(float *__restrict__ y,
   float stored = load_f32(out, i);  // the act reads what its input holds
   store_f32(y, i, (float)act_sigmoid((double)stored));
 }
-#line 350 "model.cu"
+#line 358 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (fwd)
 //     m = sigmoid(a - g) * u;
@@ -360,7 +368,7 @@ mul_m(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) * load_bf16(b, i));
 }
-#line 364 "model.cu"
+#line 372 "model.cu"
 
 // codegen_variants.gem:21:15 stack fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -379,7 +387,7 @@ stack_s_stack0(float *__restrict__ out,
   else if (row % 3 == 1) store_f32(out, i, load_fp16(x1, (row / 3) * WIDTH + col));
   else if (row % 3 == 2) store_f32(out, i, load_f32(x2, (row / 3) * WIDTH + col));
 }
-#line 383 "model.cu"
+#line 391 "model.cu"
 
 // codegen_variants.gem:21:7 flatten fp32 (fwd)
 //     s = flatten(stack(m, v, g));
@@ -394,7 +402,7 @@ flatten_s(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 398 "model.cu"
+#line 406 "model.cu"
 
 // codegen_variants.gem:23:8 bce mean over the batch, one block (fwd)
 //     loss bce(y, click);
@@ -413,7 +421,7 @@ bce_loss_bce0(float *__restrict__ loss,
   acc = block_sum(acc, partial);
   if (threadIdx.x == 0) loss[0] = batch > 0 ? (float)(acc / (double)batch) : 0.0f;
 }
-#line 417 "model.cu"
+#line 425 "model.cu"
 
 // codegen_variants.gem:23:8 loss_sum weighted sum of the terms (fwd)
 //     loss bce(y, click);
@@ -426,7 +434,7 @@ loss_sum_loss(float *__restrict__ loss,
   acc += 1.0 * (double)term0[0];
   loss[0] = (float)acc;
 }
-#line 430 "model.cu"
+#line 438 "model.cu"
 
 // codegen_variants.gem:23:8 bce_bwd the seed of the backward pass (bwd)
 //     loss bce(y, click);
@@ -441,7 +449,7 @@ bce_bwd_y_grad(float *__restrict__ dz,
   double z = load_f32(logit, i), y = load_f32(label, i);
   store_f32(dz, i, (float)(1.0 * (act_sigmoid(z) - y) / (double)n));
 }
-#line 445 "model.cu"
+#line 453 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -467,7 +475,7 @@ reduce_rows_y_mlp0_l1_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 471 "model.cu"
+#line 479 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -482,7 +490,7 @@ reduce_rows_y_mlp0_l1_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 486 "model.cu"
+#line 494 "model.cu"
 
 // codegen_variants.gem:22:7 linear_act_bwd dy times act' of the recomputed pre-activation (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -495,7 +503,7 @@ act_grad_relu_y_mlp0_l0_pre_grad(float *__restrict__ out,
   i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) store_f32(out, i, (float)((double)load_f32(dy, i) * act_relu_grad((double)pre[i])));
 }
-#line 499 "model.cu"
+#line 507 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -521,7 +529,7 @@ reduce_rows_y_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 525 "model.cu"
+#line 533 "model.cu"
 
 // codegen_variants.gem:22:7 reduce_rows the column chunks added in order (bwd)
 //     y = mlp(s, [16, 1], act = relu);
@@ -536,7 +544,7 @@ reduce_rows_y_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 540 "model.cu"
+#line 548 "model.cu"
 
 // codegen_variants.gem:21:7 unflatten fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -551,7 +559,7 @@ unflatten_s_stack0_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, i));
 }
-#line 555 "model.cu"
+#line 563 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -566,7 +574,7 @@ unstack_m_grad(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 0) * WIDTH + col));
 }
-#line 570 "model.cu"
+#line 578 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp16 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -581,7 +589,7 @@ unstack_v_grad(fp16_t *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_fp16(out, i, load_f32(x, (row * 3 + 1) * WIDTH + col));
 }
-#line 585 "model.cu"
+#line 593 "model.cu"
 
 // codegen_variants.gem:21:15 unstack fp32 (bwd)
 //     s = flatten(stack(m, v, g));
@@ -596,7 +604,7 @@ unstack_g_grad_1(float *__restrict__ out,
   i64 row = i / WIDTH, col = i % WIDTH;
   store_f32(out, i, load_f32(x, (row * 3 + 2) * WIDTH + col));
 }
-#line 600 "model.cu"
+#line 608 "model.cu"
 
 // codegen_variants.gem:20:7 mul fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -614,7 +622,7 @@ mul_u_grad(bf16_t *__restrict__ out,
   if (i >= n) return;
   store_bf16(out, i, load_f32(a, i) * load_f32(b, i));
 }
-#line 618 "model.cu"
+#line 626 "model.cu"
 
 // codegen_variants.gem:20:7 act_bwd sigmoid (bwd)
 //     m = sigmoid(a - g) * u;
@@ -628,7 +636,7 @@ act_bwd_sigmoid_m_sub0_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)((double)load_f32(dy, i) * act_sigmoid_grad((double)load_f32(x, i))));
 }
-#line 632 "model.cu"
+#line 640 "model.cu"
 
 // codegen_variants.gem:20:15 scale fp32 (bwd)
 //     m = sigmoid(a - g) * u;
@@ -641,7 +649,7 @@ scale_g_grad_0(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, (float)(-1.0) * load_f32(a, i));
 }
-#line 645 "model.cu"
+#line 653 "model.cu"
 
 // codegen_variants.gem:19:7 linear_bwd_x w operand fp32 to fp16 (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -675,7 +683,7 @@ reduce_rows_v_mlp0_l0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 679 "model.cu"
+#line 687 "model.cu"
 
 // codegen_variants.gem:19:7 reduce_rows the column chunks added in order (bwd)
 //     v = mlp(a, [8], act = relu) @fp16;
@@ -690,20 +698,49 @@ reduce_rows_v_mlp0_l0_b_grad(float *__restrict__ out,
   for (int chunk = 0; chunk < CHUNKS; chunk++) total += partial[chunk * WIDTH + col];
   store_f32(out, col, (float)total);
 }
-#line 694 "model.cu"
+#line 702 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w x operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
 // launches amax_u_x_fp8 (the same kernel) with this op's arguments
 
-// codegen_variants.gem:18:7 linear_bwd_w x operand to fp8 (E4M3, one scale) (bwd)
+// codegen_variants.gem:18:7 linear_bwd_w x operand to E4M3 codes, K-major (transposed), K padded to 16 (bwd)
 //     u = linear(c, 8) @fp8;
-// launches quantize_fp8_u_x_fp8 (the same kernel) with this op's arguments
+extern "C" __global__ void __launch_bounds__(256)
+quantize_fp8_codes_u_linear0_w_grad_x_e4m3(unsigned char *__restrict__ out,
+    const float *__restrict__ x,
+    const unsigned *__restrict__ amax_bits,
+    float *__restrict__ scale_out,
+    i64 kdim) {
+#line 18 "codegen_variants.gem"
+  enum { R = 3, R_TILES = 1, TILE = 32 };
+  __shared__ unsigned char tile[TILE][TILE + 4];
+  float scale = __uint_as_float(amax_bits[0]) / 448.0f;
+  if (!(scale > 0.0f)) scale = 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
+  const i64 kp = (kdim + 15) / 16 * 16;
+  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;
+  const int r0 = (int)(blockIdx.x % R_TILES) * TILE;
+  if (k0 >= kp) return;
+  const int lane = threadIdx.x % TILE, group = threadIdx.x / TILE;
+  for (int kk = group; kk < TILE; kk += 8) {
+    const i64 k = k0 + kk;
+    const int r = r0 + lane;
+    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(load_f32(x, k * R + r) / scale) : 0;
+  }
+  __syncthreads();
+  for (int rr = group; rr < TILE; rr += 8) {
+    const int r = r0 + rr;
+    const i64 k = k0 + lane;
+    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];
+  }
+}
+#line 739 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
 extern "C" __global__ void __launch_bounds__(256)
-amax_u_linear0_w_grad_dz_fp8(unsigned *__restrict__ amax_bits,
+amax_u_linear0_w_grad_dz_e4m3(unsigned *__restrict__ amax_bits,
     const bf16_t *__restrict__ x,
     i64 n) {
 #line 18 "codegen_variants.gem"
@@ -723,23 +760,40 @@ amax_u_linear0_w_grad_dz_fp8(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 727 "model.cu"
+#line 764 "model.cu"
 
-// codegen_variants.gem:18:7 linear_bwd_w dz operand to fp8 (E4M3, one scale) (bwd)
+// codegen_variants.gem:18:7 linear_bwd_w dz operand to E4M3 codes, K-major (transposed), K padded to 16 (bwd)
 //     u = linear(c, 8) @fp8;
 extern "C" __global__ void __launch_bounds__(256)
-quantize_fp8_u_linear0_w_grad_dz_fp8(float *__restrict__ out,
+quantize_fp8_codes_u_linear0_w_grad_dz_e4m3(unsigned char *__restrict__ out,
     const bf16_t *__restrict__ x,
     const unsigned *__restrict__ amax_bits,
-    i64 n) {
+    float *__restrict__ scale_out,
+    i64 kdim) {
 #line 18 "codegen_variants.gem"
-  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  float scale = __uint_as_float(*amax_bits) / 448.0f;
+  enum { R = 8, R_TILES = 1, TILE = 32 };
+  __shared__ unsigned char tile[TILE][TILE + 4];
+  float scale = __uint_as_float(amax_bits[0]) / 448.0f;
   if (!(scale > 0.0f)) scale = 1.0f;
-  store_f32(out, i, e4m3_round(load_bf16(x, i) / scale) * scale);
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
+  const i64 kp = (kdim + 15) / 16 * 16;
+  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;
+  const int r0 = (int)(blockIdx.x % R_TILES) * TILE;
+  if (k0 >= kp) return;
+  const int lane = threadIdx.x % TILE, group = threadIdx.x / TILE;
+  for (int kk = group; kk < TILE; kk += 8) {
+    const i64 k = k0 + kk;
+    const int r = r0 + lane;
+    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(load_bf16(x, k * R + r) / scale) : 0;
+  }
+  __syncthreads();
+  for (int rr = group; rr < TILE; rr += 8) {
+    const int r = r0 + rr;
+    const i64 k = k0 + lane;
+    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];
+  }
 }
-#line 743 "model.cu"
+#line 797 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -765,7 +819,7 @@ reduce_rows_u_linear0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 769 "model.cu"
+#line 823 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows the column chunks added in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -783,7 +837,7 @@ add_g_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) + load_f32(b, i));
 }
-#line 787 "model.cu"
+#line 841 "model.cu"
 
 // codegen_variants.gem:16:7 add fp32 (bwd)
 //     a = embed(ads, ad);
@@ -1116,7 +1170,7 @@ table_grad_gather_ads_geos(i64 *__restrict__ keys0,
     if (k < 2448) { state1[k] = 0; continue; }  // @geos's sort state
   }
 }
-#line 1120 "model.cu"
+#line 1174 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad digit histograms, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1138,7 +1192,7 @@ table_grad_radix_histogram_ads_geos(int *__restrict__ state0,
     return;
   }
 }
-#line 1142 "model.cu"
+#line 1196 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad radix pass, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1166,7 +1220,7 @@ table_grad_radix_pass0_ads_geos(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 1170 "model.cu"
+#line 1224 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad id runs, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1192,7 +1246,7 @@ table_grad_runs_ads_geos(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1196 "model.cu"
+#line 1250 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1269,7 +1323,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1273 "model.cu"
+#line 1327 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1339,7 +1393,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1343 "model.cu"
+#line 1397 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1423,7 +1477,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1427 "model.cu"
+#line 1481 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1499,7 +1553,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1503 "model.cu"
+#line 1557 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1553,4 +1607,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1557 "model.cu"
+#line 1611 "model.cu"

@@ -209,6 +209,8 @@ static void live_range(const Plan *p, ArgKind kind, int id, int *first, int *las
       args[n++] = &l->gemm_b;
       args[n++] = &l->gemm_c;
       if (l->gemm_has_bias) args[n++] = &l->gemm_bias;
+      args[n++] = &l->gemm_scale_a;
+      args[n++] = &l->gemm_scale_b;
     }
     if (l->kind == LAUNCH_ZERO) args[n++] = &l->zero_arg;
     for (int a = 0; a < n; a++) {

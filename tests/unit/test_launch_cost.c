@@ -253,6 +253,69 @@ static void test_launch_cost_bf16_gemm_runs_on_tensor_cores(void **state) {
   close_case(c);
 }
 
+// fp8 linears go to cuBLASLt's FP8 GEMMs (lower_gemm.c): E4M3 codes, both K-major, the reduction
+// padded to 16, each operand's scale in a scratch of its own; a byte an operand element and an
+// fp32 C. A linear whose output rows are not 16-byte aligned (n = 1) keeps the fp32 GEMM.
+static const char *const FP8_MODEL =
+    "model fp8 {\n"
+    "  batch 4;\n"
+    "  dim 64;\n"
+    "  seq history : id max 40;\n"
+    "  label click;\n"
+    "  table items : rows 1000;\n"
+    "  h = embed(items, history);\n"
+    "  h = gdpa(h, heads = 2, act = silu) @fp8;\n"
+    "  p = pma(h, seeds = 2, heads = 2, act = silu);\n"
+    "  y = linear(flatten(p), 1) @fp8;\n"
+    "  loss bce(y, click);\n"
+    "}\n";
+
+static void test_launch_cost_fp8_gemm_reads_e4m3_codes_on_tensor_cores(void **state) {
+  (void)state;
+  Case *c = open_case("fp8.gem", FP8_MODEL);
+  const int64_t lens[] = {5, 0, 12, 1};  // 18 rows of h
+  set_batch(c, 4, lens, 4);
+  int q = find_launch(c, LAUNCH_GEMM, OP_LINEAR, "h");  // q = h · wq: [18, 64] · [64, 64]
+  assert_true(q >= 0);
+  const Launch *l = &c->p.launches[q];
+  assert_int_equal(l->gemm_dtype, DT_FP8);
+  assert_true(l->gemm_trans_b && !l->gemm_trans_a);
+  assert_int_equal(l->gemm_k_align, 16);
+  assert_int_equal(l->gemm_scale_a.kind, ARG_SCRATCH);
+  assert_int_equal(l->gemm_scale_b.kind, ARG_SCRATCH);
+  assert_true(l->gemm_scale_a.slot != l->gemm_scale_b.slot);
+  assert_true(c->p.scratch[l->gemm_scale_a.slot].bytes.c == 4);
+  LaunchCost g = cost(c, q);
+  assert_true(g.flops == 2.0 * 18 * 64 * 64);
+  assert_true(g.bytes == (18.0 * 64 + 64 * 64) * 1 + 18 * 64 * 4);
+  assert_true(g.tensor_core);
+  // The weight gradient reduces over the jagged rows: k is h's row count, rounded up at run time.
+  int dw = -1;
+  for (int i = 0; i < c->p.nlaunches && dw < 0; i++) {
+    const Launch *x = &c->p.launches[i];
+    if (x->kind == LAUNCH_GEMM && x->node >= 0 && c->m.ir.nodes[x->node].op == OP_LINEAR_BWD_W &&
+        x->gemm_dtype == DT_FP8)
+      dw = i;
+  }
+  assert_true(dw >= 0);
+  const Launch *w = &c->p.launches[dw];
+  assert_true(w->gemm_trans_b && !w->gemm_trans_a && w->gemm_k_align == 16);
+  assert_true(w->gemm_k.t == 1 && w->gemm_k.jag >= 0 && w->gemm_k.c == 0);
+  assert_true(cost(c, dw).flops == 2.0 * 64 * 64 * 18);
+  // y = linear(flatten(p), 1): n = 1, an fp32 GEMM over dequantized values, no scales.
+  int y = -1;
+  for (int i = 0; i < c->p.nlaunches && y < 0; i++) {
+    const Launch *x = &c->p.launches[i];
+    if (x->kind == LAUNCH_GEMM && x->node >= 0 && c->m.ir.nodes[x->node].op == OP_LINEAR && x->gemm_n == 1)
+      y = i;
+  }
+  assert_true(y >= 0);
+  assert_int_equal(c->p.launches[y].gemm_dtype, DT_F32);
+  assert_int_equal(c->p.launches[y].gemm_scale_a.kind, ARG_INT);
+  assert_int_equal(c->p.launches[y].gemm_k_align, 0);
+  close_case(c);
+}
+
 // --- attention --------------------------------------------------------------------------
 
 // d = 64 (2 heads of 32), lengths 5, 0, 12, 1: full 25 + 0 + 144 + 1 = 170 pairs; causal
@@ -531,6 +594,7 @@ int main(void) {
       cmocka_unit_test(test_launch_cost_gemm_is_2mnk_with_its_operand_bytes),
       cmocka_unit_test(test_launch_cost_memset_moves_its_zero_bytes),
       cmocka_unit_test(test_launch_cost_bf16_gemm_runs_on_tensor_cores),
+      cmocka_unit_test(test_launch_cost_fp8_gemm_reads_e4m3_codes_on_tensor_cores),
       cmocka_unit_test(test_launch_cost_attention_forward_counts_visible_pairs),
       cmocka_unit_test(test_launch_cost_attention_backward_is_2_5x_split_by_matmuls),
       cmocka_unit_test(test_launch_cost_fp32_attention_is_not_on_tensor_cores),
