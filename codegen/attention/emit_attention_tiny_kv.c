@@ -22,8 +22,10 @@ enum {
   TINY_MAX_SMEM = 96 * 1024, // the backward's shared memory
 };
 
-// Head widths that are a multiple of 16 take the tensor-core kernels (attnt_forward_tc,
-// attnt_backward_tc).
+// Head widths that are a multiple of 16 take the tensor-core forward (attnt_forward_tc). The
+// backward stays on the SIMT kernel whatever the width: a tensor-core backward (commit adcef13)
+// measured slower on both models' shapes, 0.296 -> 0.429 ms a step on gem_small (H200) and
+// 0.530 -> 0.879 ms on gem_full (H100), and was removed (docs/perf.md, session 17).
 static bool forward_on_tensor_cores(const AttnNode *a) { return a->dh % 16 == 0; }
 
 static int64_t forward_smem(const AttnNode *a, int64_t keys) {
@@ -33,12 +35,7 @@ static int64_t forward_smem(const AttnNode *a, int64_t keys) {
 }
 
 static int64_t backward_smem(const AttnNode *a, int64_t keys) {
-  if (!forward_on_tensor_cores(a)) return 4 * (5 * keys * a->d + TINY_WARPS * 32 * a->heads * keys * 2);
-  // AttntTcBwd: kh, vh [KP][D + 8] and krt [D][KP + 8] (bf16); each warp's {P, dS} [32][keys]
-  // (float2) and staging tile [dh][40] (bf16); the sums [2][keys][D] (fp32).
-  int64_t padded = (keys + 15) / 16 * 16;
-  return 2 * (2 * padded * (a->d + 8) + a->d * (padded + 8)) + TINY_WARPS * 32 * keys * 8 +
-         TINY_WARPS * a->dh * 40 * 2 + 2 * keys * a->d * 4;
+  return 4 * (5 * keys * a->d + TINY_WARPS * 32 * a->heads * keys * 2);
 }
 
 // The shape the lane layout needs (kernels/attention_tiny_kv.cuh, AttntLanes): the features of
@@ -64,8 +61,8 @@ bool attn_tiny_kv_forward_applies(const Lower *L, const AttnNode *a) {
 bool attn_tiny_kv_backward_applies(const Lower *L, const AttnNode *a, const int grads[3]) {
   const Ir *ir = L->ir;
   int64_t keys = attn_max_rows(ir, a, true);
-  // The SIMT kernel keeps keys x d/32 sums a lane; the tensor-core one its accumulators.
-  if (!tiny_kv_shape(L, a) || (!forward_on_tensor_cores(a) && keys * (a->d / 32) > TINY_MAX_ACC) ||
+  // The SIMT kernel keeps keys x d/32 sums a lane.
+  if (!tiny_kv_shape(L, a) || keys * (a->d / 32) > TINY_MAX_ACC ||
       backward_smem(a, keys) > TINY_MAX_SMEM)
     return false;
   const char *dt = attn_elem_type(ir->tensors[a->dout].dtype), *gt = NULL;
@@ -133,8 +130,7 @@ bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int 
 
   snprintf(kernel, sizeof kernel, "%s_tiny_bwd", a->name);
   snprintf(what, sizeof what, "bwd over at most %lld keys: dQ, and the sums of dK and dV per "
-           "chunk of %d query rows%s", (long long)keys, TINY_BWD_ROWS,
-           forward_on_tensor_cores(a) ? "; mma.sync" : "");
+           "chunk of %d query rows", (long long)keys, TINY_BWD_ROWS);
   attn_kernel_comment(L, n, what);
   KernelBuilder kb;
   kb_begin_tiles(&kb, L, node, kernel, attn_tile_list_heads(L, a, node, TINY_BWD_ROWS, false, 1),
@@ -150,9 +146,9 @@ bool emit_attention_tiny_kv_backward(Lower *L, int node, const AttnNode *a, int 
   StrBuf body = {0};
   attn_rows_value(&body, a);
   sb_printf(&body,
-            "  attnt_backward%s<%lld, %lld, %lld, %s>(%s, q, k, v, dout, rows, %s, tiles, %lld,\n"
+            "  attnt_backward<%lld, %lld, %lld, %s>(%s, q, k, v, dout, rows, %s, tiles, %lld,\n"
             "      partial);\n",
-            forward_on_tensor_cores(a) ? "_tc" : "", (long long)a->d, (long long)a->dh, (long long)keys, attn_act_enum(node_act(n)),
+            (long long)a->d, (long long)a->dh, (long long)keys, attn_act_enum(node_act(n)),
             dq_arg, norm, (long long)chunks);
   kb_end(&kb, body.data);
   sb_free(&body);

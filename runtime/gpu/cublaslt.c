@@ -236,6 +236,8 @@ static const char *fp8_refusal(const GemmShape *s, CUdeviceptr scale_a, CUdevice
   if (s->c_dtype != DT_F32 || s->n % 4 != 0) return "fp8 writes an fp32 C with n a multiple of 4";
   if (s->has_bias || s->act != ACT_NONE) return "fp8 takes no bias or activation epilogue";
   if (!scale_a || !scale_b) return "fp8 needs both operands' scales";
+  // Measured on the H200: cublasLtMatmul fails on a scale 4 bytes past a 16-byte boundary.
+  if ((scale_a | scale_b) & 15) return "fp8 scales must be 16-byte aligned";
   return NULL;
 }
 
@@ -297,6 +299,7 @@ bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, 
   LtLayout la = NULL, lb = NULL, lc = NULL;
   LtPref pref = NULL;
   bool ok = false;
+  LtStatus status = 0;  // of a failed cublasLtMatmul, for the message
   const char *step = "cublasLtMatmulDescCreate";
   if (g->desc_create(&desc, COMPUTE_32F, R_32F) != 0) goto done;
   // Column-major view: C^T[n, m] = op(B)^T[n, k] * op(A)^T[k, m]; Lt's A is our B.
@@ -355,9 +358,9 @@ bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, 
   }
   step = "cublasLtMatmul";
   void *cp = (void *)(uintptr_t)c;
-  if (hit && g->matmul(g->handle, desc, &s->alpha, (const void *)(uintptr_t)b, la,
-                       (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &hit->algo,
-                       (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream) == 0) {
+  if (hit && (status = g->matmul(g->handle, desc, &s->alpha, (const void *)(uintptr_t)b, la,
+                                 (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &hit->algo,
+                                 (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream)) == 0) {
     ok = true;
     goto done;
   }
@@ -371,13 +374,16 @@ bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, 
   if (g->heuristic(g->handle, desc, la, lb, lc, lc, pref, 1, &h, &got) != 0 || got < 1)
     goto done;
   step = "cublasLtMatmul";
-  if (g->matmul(g->handle, desc, &s->alpha, (const void *)(uintptr_t)b, la,
-                (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &h.algo,
-                (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream) != 0)
+  if ((status = g->matmul(g->handle, desc, &s->alpha, (const void *)(uintptr_t)b, la,
+                          (const void *)(uintptr_t)a, lb, &s->beta, cp, lc, cp, lc, &h.algo,
+                          (void *)(uintptr_t)g->workspace, WORKSPACE_BYTES, stream)) != 0)
     goto done;
   ok = true;
 done:
-  if (!ok) snprintf(err, err_size, "%s: %s failed", shape, step);
+  if (!ok && status != 0)
+    snprintf(err, err_size, "%s: %s failed (cublasStatus_t %d)", shape, step, status);
+  else if (!ok)
+    snprintf(err, err_size, "%s: %s failed", shape, step);
   if (pref) g->pref_destroy(pref);
   if (lc) g->layout_destroy(lc);
   if (lb) g->layout_destroy(lb);

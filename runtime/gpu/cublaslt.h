@@ -49,9 +49,9 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
 // The same, for DT_FP8 too: A and B hold E4M3 codes and the product is scaled by the floats at
 // scale_a and scale_b (device memory, read when the GEMM runs): C = alpha · sa · sb · A · Bᵀ +
 // beta · C. cuBLASLt's FP8 kernels need both operands K-major (trans_b and not trans_a), k a
-// multiple of 16, an fp32 C with n a multiple of 4, and no bias or activation; fp32 accumulation
-// (FAST_ACCUM off). Other shapes are refused with a message. scale_a and scale_b are ignored
-// for other types.
+// multiple of 16, an fp32 C with n a multiple of 4, no bias or activation, and 16-byte aligned
+// scales; FAST_ACCUM off (cuBLASLt promotes the MMA's narrower sums to fp32 as it goes). Other
+// shapes are refused with a message. scale_a and scale_b are ignored for other types.
 bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
                      CUdeviceptr bias, CUdeviceptr scale_a, CUdeviceptr scale_b, CUstream stream,
                      char *err, size_t err_size);

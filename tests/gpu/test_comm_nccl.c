@@ -184,6 +184,9 @@ static void test_ordering(void) {
   CUdeviceptr src = upload(NULL, N * sizeof *h), buf = upload(NULL, N * sizeof *h);
   CUdeviceptr copy = upload(NULL, N * sizeof *h);
   d->cuMemcpyHtoD(src, h, N * sizeof *h);
+  // A pageable upload may return before its DMA lands, and the non-blocking stream below does
+  // not wait for the legacy stream: finish it first (else the test races its own setup).
+  d->cuCtxSynchronize();
   CUevent written;
   d->cuEventCreate(&written, CU_EVENT_DISABLE_TIMING);
   d->cuMemcpyDtoDAsync(buf, src, N * sizeof *h, compute);  // "compute" produces buf
