@@ -52,6 +52,49 @@ static LaunchArg scratch_arg(int s) {
 // matter), then the quantize kernel.
 enum { AMAX_PER_THREAD = 16 };
 
+// fp8's per-tensor amax of operand t into a new 4-byte scratch (the bits of |x|'s max, zeroed
+// first; an integer atomicMax, so the order does not matter); returns the slot. AMAX_PER_THREAD
+// elements a thread (strided by the block: coalesced), the block's max in shared memory, one
+// atomic a block: a single address takes few atomics.
+static int fp8_amax(Lower *L, int node, int t, const char *sname, const char *role) {
+  const Ir *ir = L->ir;
+  SymSize elems = tensor_elems(ir, t);
+  char aname[320], name[340], id[330], what[128], body[1024];
+  snprintf(aname, sizeof aname, "%s.amax", sname);
+  int amax = lower_new_scratch(L, aname, sym_const(4));
+  Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
+  z->zero_arg = scratch_arg(amax);
+  z->zero_bytes = sym_const(4);
+  ident(id, sizeof id, sname);
+  snprintf(name, sizeof name, "amax_%s", id);
+  snprintf(what, sizeof what, "%s operand: amax for the fp8 scale", role);
+  lower_comment(L, node, what);
+  KernelBuilder kb;
+  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS * AMAX_PER_THREAD, ELEMENTWISE_THREADS);
+  kb_scratch(&kb, "unsigned", "amax_bits", amax, true);
+  kb_tensor_in(&kb, "x", t);
+  kb_size(&kb, "n", elems);
+  snprintf(body, sizeof body,
+           "  __shared__ float warp_amax[WARP_SIZE];\n"
+           "  i64 first = (i64)blockIdx.x * blockDim.x * %d + threadIdx.x;\n"
+           "  float m = 0.0f;\n"
+           "  for (int k = 0; k < %d; k++) {\n"
+           "    i64 i = first + (i64)k * blockDim.x;\n"
+           "    float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
+           "    if (isfinite(v)) m = fmaxf(m, v);\n"
+           "  }\n"
+           "  m = warp_max(m);\n"
+           "  if (threadIdx.x %% WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;\n"
+           "  __syncthreads();\n"
+           "  if (threadIdx.x >= WARP_SIZE) return;\n"
+           "  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;\n"
+           "  m = warp_max(m);\n"
+           "  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));\n",
+           AMAX_PER_THREAD, AMAX_PER_THREAD, dtype_load(ir->tensors[t].dtype));
+  kb_end(&kb, body);
+  return amax;
+}
+
 int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bool k_contiguous,
                            const char *role) {
   const Ir *ir = L->ir;
@@ -143,40 +186,8 @@ int lower_quantize_operand(Lower *L, int node, int t, DType prec, DType type, bo
     return s;
   }
   // fp8: amax over the whole tensor, then quantize with scale = amax / 448.
-  char aname[320];
-  snprintf(aname, sizeof aname, "%s.amax", sname);
-  int amax = lower_new_scratch(L, aname, sym_const(4));
-  Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
-  z->zero_arg = scratch_arg(amax);
-  z->zero_bytes = sym_const(4);
-  snprintf(name, sizeof name, "amax_%s", id);
-  snprintf(what, sizeof what, "%s operand: amax for the fp8 scale", role);
-  lower_comment(L, node, what);
-  // AMAX_PER_THREAD elements a thread (strided by the block: coalesced), the block's max in
-  // shared memory, one atomic a block: a single address takes few atomics.
-  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS * AMAX_PER_THREAD, ELEMENTWISE_THREADS);
-  kb_scratch(&kb, "unsigned", "amax_bits", amax, true);
-  kb_tensor_in(&kb, "x", t);
-  kb_size(&kb, "n", elems);
+  int amax = fp8_amax(L, node, t, sname, role);
   char body[1024];
-  snprintf(body, sizeof body,
-           "  __shared__ float warp_amax[WARP_SIZE];\n"
-           "  i64 first = (i64)blockIdx.x * blockDim.x * %d + threadIdx.x;\n"
-           "  float m = 0.0f;\n"
-           "  for (int k = 0; k < %d; k++) {\n"
-           "    i64 i = first + (i64)k * blockDim.x;\n"
-           "    float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
-           "    if (isfinite(v)) m = fmaxf(m, v);\n"
-           "  }\n"
-           "  m = warp_max(m);\n"
-           "  if (threadIdx.x %% WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;\n"
-           "  __syncthreads();\n"
-           "  if (threadIdx.x >= WARP_SIZE) return;\n"
-           "  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;\n"
-           "  m = warp_max(m);\n"
-           "  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));\n",
-           AMAX_PER_THREAD, AMAX_PER_THREAD, lt);
-  kb_end(&kb, body);
   snprintf(name, sizeof name, "quantize_fp8_%s", id);
   snprintf(what, sizeof what, "%s operand to fp8 (E4M3, one scale)", role);
   lower_comment(L, node, what);
@@ -219,54 +230,24 @@ static bool fp8_on_tensor_cores(const Node *n, int64_t c_cols, bool has_bias) {
   return n->prec == DT_FP8 && !has_bias && c_cols % 4 == 0;
 }
 
-// The operand's amax (as lower_quantize_operand's fp8 branch), then the E4M3 codes, K-major and
-// zero-padded, into a new scratch; the quantize kernel also writes the scale, a float in a
-// scratch of its own (*scale_slot), for the GEMM. src_k_major: t is stored [R, K] (else [K, R], transposed here through
-// shared memory, a 32 x 32 tile a block). Returns the codes' slot and sets *scale_slot.
+// The operand's amax (fp8_amax), then the E4M3 codes, K-major and zero-padded, into a new
+// scratch; the quantize kernel also writes the scale, a float in a scratch of its own
+// (*scale_slot), for the GEMM. src_k_major: t is stored [R, K] (else [K, R], transposed here
+// through shared memory, a 32 x 32 tile a block). Returns the codes' slot.
 static int quantize_fp8_codes(Lower *L, int node, int t, bool src_k_major, const char *role,
                               int *scale_slot) {
   const Ir *ir = L->ir;
   SymSize rows = tensor_rows(ir, t);
   int64_t cols = tensor_width(ir, t);
-  SymSize elems = sym_scale(rows, cols);
-  char sname[300], aname[320], cname[320], name[300], id[256], what[160], body[2600];
+  char sname[300], cname[320], name[300], id[256], what[160], body[2600];
   snprintf(sname, sizeof sname, "%s.%s.e4m3", ir->tensors[ir->nodes[node].out].name, role);
-  snprintf(aname, sizeof aname, "%s.amax", sname);
   ident(id, sizeof id, sname);
   snprintf(cname, sizeof cname, "%s.scale", sname);
-  int amax = lower_new_scratch(L, aname, sym_const(4));
+  int amax = fp8_amax(L, node, t, sname, role);
   int scale = lower_new_scratch(L, cname, sym_const(4));
   *scale_slot = scale;
-  Launch *z = lower_new_launch(L, LAUNCH_ZERO, node);
-  z->zero_arg = scratch_arg(amax);
-  z->zero_bytes = sym_const(4);
   const char *lt = dtype_load(ir->tensors[t].dtype);
   KernelBuilder kb;
-  snprintf(name, sizeof name, "amax_%s", id);
-  snprintf(what, sizeof what, "%s operand: amax for the fp8 scale", role);
-  lower_comment(L, node, what);
-  kb_begin(&kb, L, node, name, elems, ELEMENTWISE_THREADS * AMAX_PER_THREAD, ELEMENTWISE_THREADS);
-  kb_scratch(&kb, "unsigned", "amax_bits", amax, true);
-  kb_tensor_in(&kb, "x", t);
-  kb_size(&kb, "n", elems);
-  snprintf(body, sizeof body,
-           "  __shared__ float warp_amax[WARP_SIZE];\n"
-           "  i64 first = (i64)blockIdx.x * blockDim.x * %d + threadIdx.x;\n"
-           "  float m = 0.0f;\n"
-           "  for (int k = 0; k < %d; k++) {\n"
-           "    i64 i = first + (i64)k * blockDim.x;\n"
-           "    float v = i < n ? fabsf(%s(x, i)) : 0.0f;\n"
-           "    if (isfinite(v)) m = fmaxf(m, v);\n"
-           "  }\n"
-           "  m = warp_max(m);\n"
-           "  if (threadIdx.x %% WARP_SIZE == 0) warp_amax[threadIdx.x / WARP_SIZE] = m;\n"
-           "  __syncthreads();\n"
-           "  if (threadIdx.x >= WARP_SIZE) return;\n"
-           "  m = threadIdx.x < blockDim.x / WARP_SIZE ? warp_amax[threadIdx.x] : 0.0f;\n"
-           "  m = warp_max(m);\n"
-           "  if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));\n",
-           AMAX_PER_THREAD, AMAX_PER_THREAD, lt);
-  kb_end(&kb, body);
   snprintf(name, sizeof name, "quantize_fp8_codes_%s", id);
   snprintf(what, sizeof what, "%s operand to E4M3 codes, K-major%s, K padded to %d", role,
            src_k_major ? "" : " (transposed)", FP8_K_ALIGN);
