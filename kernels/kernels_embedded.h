@@ -1,6 +1,7 @@
 // kernels_embedded.h: the hand-written CUDA of kernels/*.cuh, embedded in the binary as C
 // strings by the Makefile (build/.../kernels_embedded.c), so gemc needs no files at run time.
-// defines: kernel_prelude_cuh, kernel_table_grad_cuh, kernel_attention*_cuh, kernel_gemm_cuh
+// defines: kernel_prelude_cuh, kernel_table_grad_cuh, kernel_attention*_cuh, kernel_gemm_cuh,
+//          kernel_fp8_codes_cuh
 #ifndef GEMC_KERNELS_EMBEDDED_H
 #define GEMC_KERNELS_EMBEDDED_H
 
@@ -17,5 +18,6 @@ extern const char kernel_gemm_cuh[];
 extern const char kernel_attention_quantized_cuh[];
 extern const char kernel_attention_quantized_tc_cuh[];
 extern const char kernel_attention_tiny_kv_cuh[];
+extern const char kernel_fp8_codes_cuh[];
 
 #endif

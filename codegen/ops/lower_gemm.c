@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kernels_embedded.h"
 #include "lower_ops.h"
 
 static DType gemm_type(DType prec) {
@@ -239,26 +240,26 @@ static int quantize_fp8_codes(Lower *L, int node, int t, bool src_k_major, const
   const Ir *ir = L->ir;
   SymSize rows = tensor_rows(ir, t);
   int64_t cols = tensor_width(ir, t);
-  char sname[300], cname[320], name[300], id[256], what[160], body[2600];
+  char sname[300], cname[320], name[300], id[256], what[160], body[256];
   snprintf(sname, sizeof sname, "%s.%s.e4m3", ir->tensors[ir->nodes[node].out].name, role);
   ident(id, sizeof id, sname);
   snprintf(cname, sizeof cname, "%s.scale", sname);
   int amax = fp8_amax(L, node, t, sname, role);
   int scale = lower_new_scratch(L, cname, sym_const(4));
   *scale_slot = scale;
-  const char *lt = dtype_load(ir->tensors[t].dtype);
   KernelBuilder kb;
+  if (!L->have_fp8_codes_kernels) {
+    sb_puts(&L->src, "\n// --- fp8 GEMM operands: E4M3 codes, K-major (kernels/fp8_codes.cuh) ---\n");
+    sb_puts(&L->src, kernel_fp8_codes_cuh);
+    L->have_fp8_codes_kernels = true;
+  }
   snprintf(name, sizeof name, "quantize_fp8_codes_%s", id);
   snprintf(what, sizeof what, "%s operand to E4M3 codes, K-major%s, K padded to %d", role,
            src_k_major ? "" : " (transposed)", FP8_K_ALIGN);
   lower_comment(L, node, what);
-  const char *scale_text =
-      "  float scale = __uint_as_float(amax_bits[0]) / 448.0f;\n"
-      "  if (!(scale > 0.0f)) scale = 1.0f;\n"
-      "  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;\n";
   int codes;
   if (src_k_major) {
-    // t is [R, K], K = cols fixed: a thread per 4 codes of a row, one 32-bit store.
+    // t is [R, K], K = cols fixed: a thread per 4 codes of a row.
     int64_t kp = (cols + FP8_K_ALIGN - 1) / FP8_K_ALIGN * FP8_K_ALIGN;
     codes = lower_new_scratch(L, sname, sym_scale(rows, kp));
     kb_begin(&kb, L, node, name, sym_scale(rows, kp / 4), ELEMENTWISE_THREADS, ELEMENTWISE_THREADS);
@@ -267,25 +268,14 @@ static int quantize_fp8_codes(Lower *L, int node, int t, bool src_k_major, const
     kb_scratch(&kb, "unsigned", "amax_bits", amax, false);
     kb_scratch(&kb, "float", "scale_out", scale, true);
     kb_size(&kb, "rows", rows);
-    snprintf(body, sizeof body,
-             "  enum { K = %lld, KP = %lld };\n"
-             "%s"
-             "  i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;\n"
-             "  if (i >= rows * (KP / 4)) return;\n"
-             "  const i64 row = i / (KP / 4);\n"
-             "  const int k0 = (int)(i %% (KP / 4)) * 4;\n"
-             "  unsigned word = 0;\n"
-             "#pragma unroll\n"
-             "  for (int j = 0; j < 4; j++)\n"
-             "    if (k0 + j < K) word |= (unsigned)e4m3_bits(%s(x, row * K + k0 + j) / scale) << (8 * j);\n"
-             "  out[i] = word;\n",
-             (long long)cols, (long long)kp, scale_text, lt);
+    snprintf(body, sizeof body, "  fp8_codes_rows<%lld, %lld>(out, x, amax_bits, scale_out, rows);\n",
+             (long long)cols, (long long)kp);
     kb_end(&kb, body);
     return codes;
   }
   // t is [K, R], K = its rows (symbolic for a weight gradient's jagged reduction), R = cols: a
-  // block per 32 x 32 tile of t, read along R (coalesced), written along K. The grid counts
-  // (K + 31) / 32 tiles down K for each of the R_TILES across (the few past the padded K return).
+  // block per 32 x 32 tile. The grid counts (K + 31) / 32 tiles down K for each of the
+  // r_tiles across (the few past the padded K return).
   int64_t r_tiles = (cols + 31) / 32;
   codes = lower_new_scratch(L, sname, sym_scale(sym_add(rows, sym_const(FP8_K_ALIGN - 1)), cols));
   kb_begin(&kb, L, node, name, sym_add(sym_scale(rows, r_tiles), sym_const(31 * r_tiles)), 32, 256);
@@ -294,28 +284,8 @@ static int quantize_fp8_codes(Lower *L, int node, int t, bool src_k_major, const
   kb_scratch(&kb, "unsigned", "amax_bits", amax, false);
   kb_scratch(&kb, "float", "scale_out", scale, true);
   kb_size(&kb, "kdim", rows);
-  snprintf(body, sizeof body,
-           "  enum { R = %lld, R_TILES = %lld, TILE = 32 };\n"
-           "  __shared__ unsigned char tile[TILE][TILE + 4];\n"
-           "%s"
-           "  const i64 kp = (kdim + %d) / %d * %d;\n"
-           "  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;\n"
-           "  const int r0 = (int)(blockIdx.x %% R_TILES) * TILE;\n"
-           "  if (k0 >= kp) return;\n"
-           "  const int lane = threadIdx.x %% TILE, group = threadIdx.x / TILE;\n"
-           "  for (int kk = group; kk < TILE; kk += 8) {\n"
-           "    const i64 k = k0 + kk;\n"
-           "    const int r = r0 + lane;\n"
-           "    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(%s(x, k * R + r) / scale) : 0;\n"
-           "  }\n"
-           "  __syncthreads();\n"
-           "  for (int rr = group; rr < TILE; rr += 8) {\n"
-           "    const int r = r0 + rr;\n"
-           "    const i64 k = k0 + lane;\n"
-           "    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];\n"
-           "  }\n",
-           (long long)cols, (long long)r_tiles, scale_text, FP8_K_ALIGN - 1, FP8_K_ALIGN,
-           FP8_K_ALIGN, lt);
+  snprintf(body, sizeof body, "  fp8_codes_transposed<%lld>(out, x, amax_bits, scale_out, kdim);\n",
+           (long long)cols);
   kb_end(&kb, body);
   return codes;
 }

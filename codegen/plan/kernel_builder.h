@@ -26,6 +26,7 @@ typedef struct Lower {
   bool *done;        // [ir->nnodes]: covered by an earlier fused launch
   bool ok;
   bool have_table_grad_kernels;
+  bool have_fp8_codes_kernels;  // kernels/fp8_codes.cuh is in the source
   Loc comment_loc;   // the .gem position lower_comment last named: the next kernel's #line
   // The distinct kernels emitted so far (kb_end): a kernel whose launch bounds, parameters and
   // body equal an earlier one's is not emitted again; its launch calls the earlier kernel.

@@ -704,6 +704,74 @@ reduce_rows_v_mlp0_l0_b_grad(float *__restrict__ out,
 //     u = linear(c, 8) @fp8;
 // launches amax_u_x_fp8 (the same kernel) with this op's arguments
 
+// --- fp8 GEMM operands: E4M3 codes, K-major (kernels/fp8_codes.cuh) ---
+// fp8_codes.cuh: an fp8 GEMM operand as cuBLASLt's FP8 kernels read it (codegen/ops/lower_gemm.c):
+// E4M3 codes of x / scale, K-major, the reduction zero-padded to a multiple of 16, and the
+// scale itself (amax / 448, 1 for an all-zero tensor: the CPU executor's fp8_quantize) written
+// once for the GEMM's scale pointer. amax_bits holds the bits of the tensor's amax (the
+// generated amax kernel, an integer atomicMax). Needs the prelude (e4m3_bits, load_*).
+// defines: fp8_scale, fp8_codes_rows, fp8_codes_transposed
+
+__device__ __forceinline__ float fp8_value(const float *p, i64 i) { return load_f32(p, i); }
+__device__ __forceinline__ float fp8_value(const bf16_t *p, i64 i) { return load_bf16(p, i); }
+__device__ __forceinline__ float fp8_value(const fp16_t *p, i64 i) { return load_fp16(p, i); }
+
+// The scale of amax_bits' tensor; block 0's thread 0 also stores it at scale_out.
+__device__ __forceinline__ float fp8_scale(const unsigned *__restrict__ amax_bits,
+                                           float *__restrict__ scale_out) {
+  float scale = __uint_as_float(amax_bits[0]) / 448.0f;
+  if (!(scale > 0.0f)) scale = 1.0f;
+  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
+  return scale;
+}
+
+// x is [rows, K] (K-major already): out is [rows, KP] codes, a thread per 4 of them (one
+// 32-bit store), one thread for each of rows · KP / 4.
+template <int K, int KP, typename T>
+__device__ __forceinline__ void fp8_codes_rows(unsigned *__restrict__ out, const T *__restrict__ x,
+                                               const unsigned *__restrict__ amax_bits,
+                                               float *__restrict__ scale_out, i64 rows) {
+  const float scale = fp8_scale(amax_bits, scale_out);
+  const i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= rows * (KP / 4)) return;
+  const i64 row = i / (KP / 4);
+  const int k0 = (int)(i % (KP / 4)) * 4;
+  unsigned word = 0;
+#pragma unroll
+  for (int j = 0; j < 4; j++)
+    if (k0 + j < K) word |= (unsigned)e4m3_bits(fp8_value(x, row * K + k0 + j) / scale) << (8 * j);
+  out[i] = word;
+}
+
+// x is [kdim, R] (the reduction down its rows, kdim symbolic for a weight gradient): out is
+// [R, kp] codes, kp = kdim rounded up to 16 (lower_gemm.c's FP8_K_ALIGN). A block of 256
+// threads per 32 x 32 tile of x, read along R (coalesced) into shared memory and written along
+// K; block b takes the tile (b / R_TILES, b % R_TILES), and those past the padded K return.
+template <int R, typename T>
+__device__ __forceinline__ void fp8_codes_transposed(unsigned char *__restrict__ out, const T *__restrict__ x,
+                                                     const unsigned *__restrict__ amax_bits,
+                                                     float *__restrict__ scale_out, i64 kdim) {
+  enum { TILE = 32, R_TILES = (R + TILE - 1) / TILE };
+  __shared__ unsigned char tile[TILE][TILE + 4];
+  const float scale = fp8_scale(amax_bits, scale_out);
+  const i64 kp = (kdim + 15) / 16 * 16;
+  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;
+  const int r0 = (int)(blockIdx.x % R_TILES) * TILE;
+  if (k0 >= kp) return;
+  const int lane = threadIdx.x % TILE, group = threadIdx.x / TILE;
+  for (int kk = group; kk < TILE; kk += 8) {
+    const i64 k = k0 + kk;
+    const int r = r0 + lane;
+    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(fp8_value(x, k * R + r) / scale) : 0;
+  }
+  __syncthreads();
+  for (int rr = group; rr < TILE; rr += 8) {
+    const int r = r0 + rr;
+    const i64 k = k0 + lane;
+    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];
+  }
+}
+
 // codegen_variants.gem:18:7 linear_bwd_w x operand to E4M3 codes, K-major (transposed), K padded to 16 (bwd)
 //     u = linear(c, 8) @fp8;
 extern "C" __global__ void __launch_bounds__(256)
@@ -713,29 +781,9 @@ quantize_fp8_codes_u_linear0_w_grad_x_e4m3(unsigned char *__restrict__ out,
     float *__restrict__ scale_out,
     i64 kdim) {
 #line 18 "codegen_variants.gem"
-  enum { R = 3, R_TILES = 1, TILE = 32 };
-  __shared__ unsigned char tile[TILE][TILE + 4];
-  float scale = __uint_as_float(amax_bits[0]) / 448.0f;
-  if (!(scale > 0.0f)) scale = 1.0f;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
-  const i64 kp = (kdim + 15) / 16 * 16;
-  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;
-  const int r0 = (int)(blockIdx.x % R_TILES) * TILE;
-  if (k0 >= kp) return;
-  const int lane = threadIdx.x % TILE, group = threadIdx.x / TILE;
-  for (int kk = group; kk < TILE; kk += 8) {
-    const i64 k = k0 + kk;
-    const int r = r0 + lane;
-    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(load_f32(x, k * R + r) / scale) : 0;
-  }
-  __syncthreads();
-  for (int rr = group; rr < TILE; rr += 8) {
-    const int r = r0 + rr;
-    const i64 k = k0 + lane;
-    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];
-  }
+  fp8_codes_transposed<3>(out, x, amax_bits, scale_out, kdim);
 }
-#line 739 "model.cu"
+#line 787 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand: amax for the fp8 scale (bwd)
 //     u = linear(c, 8) @fp8;
@@ -760,7 +808,7 @@ amax_u_linear0_w_grad_dz_e4m3(unsigned *__restrict__ amax_bits,
   m = warp_max(m);
   if (threadIdx.x == 0 && m > 0.0f) atomicMax(amax_bits, __float_as_uint(m));
 }
-#line 764 "model.cu"
+#line 812 "model.cu"
 
 // codegen_variants.gem:18:7 linear_bwd_w dz operand to E4M3 codes, K-major (transposed), K padded to 16 (bwd)
 //     u = linear(c, 8) @fp8;
@@ -771,29 +819,9 @@ quantize_fp8_codes_u_linear0_w_grad_dz_e4m3(unsigned char *__restrict__ out,
     float *__restrict__ scale_out,
     i64 kdim) {
 #line 18 "codegen_variants.gem"
-  enum { R = 8, R_TILES = 1, TILE = 32 };
-  __shared__ unsigned char tile[TILE][TILE + 4];
-  float scale = __uint_as_float(amax_bits[0]) / 448.0f;
-  if (!(scale > 0.0f)) scale = 1.0f;
-  if (blockIdx.x == 0 && threadIdx.x == 0) *scale_out = scale;
-  const i64 kp = (kdim + 15) / 16 * 16;
-  const i64 k0 = (i64)(blockIdx.x / R_TILES) * TILE;
-  const int r0 = (int)(blockIdx.x % R_TILES) * TILE;
-  if (k0 >= kp) return;
-  const int lane = threadIdx.x % TILE, group = threadIdx.x / TILE;
-  for (int kk = group; kk < TILE; kk += 8) {
-    const i64 k = k0 + kk;
-    const int r = r0 + lane;
-    tile[kk][lane] = k < kdim && r < R ? e4m3_bits(load_bf16(x, k * R + r) / scale) : 0;
-  }
-  __syncthreads();
-  for (int rr = group; rr < TILE; rr += 8) {
-    const int r = r0 + rr;
-    const i64 k = k0 + lane;
-    if (r < R && k < kp) out[r * kp + k] = tile[lane][rr];
-  }
+  fp8_codes_transposed<8>(out, x, amax_bits, scale_out, kdim);
 }
-#line 797 "model.cu"
+#line 825 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows column sums in fixed row chunks, then the chunks in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -819,7 +847,7 @@ reduce_rows_u_linear0_b_grad_partial(double *__restrict__ partial,
   for (int k = 0; k < ROW_LANES; k++) total += lane_sum[k][threadIdx.x];
   partial[chunk * WIDTH + col] = total;
 }
-#line 823 "model.cu"
+#line 851 "model.cu"
 
 // codegen_variants.gem:18:7 reduce_rows the column chunks added in order (bwd)
 //     u = linear(c, 8) @fp8;
@@ -837,7 +865,7 @@ add_g_grad(float *__restrict__ out,
   if (i >= n) return;
   store_f32(out, i, load_f32(a, i) + load_f32(b, i));
 }
-#line 841 "model.cu"
+#line 869 "model.cu"
 
 // codegen_variants.gem:16:7 add fp32 (bwd)
 //     a = embed(ads, ad);
@@ -1170,7 +1198,7 @@ table_grad_gather_ads_geos(i64 *__restrict__ keys0,
     if (k < 2448) { state1[k] = 0; continue; }  // @geos's sort state
   }
 }
-#line 1174 "model.cu"
+#line 1202 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad digit histograms, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1192,7 +1220,7 @@ table_grad_radix_histogram_ads_geos(int *__restrict__ state0,
     return;
   }
 }
-#line 1196 "model.cu"
+#line 1224 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad radix pass, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1220,7 +1248,7 @@ table_grad_radix_pass0_ads_geos(i64 *__restrict__ keys_out0,
     return;
   }
 }
-#line 1224 "model.cu"
+#line 1252 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad id runs, 2 tables' sorts in one launch (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1246,7 +1274,7 @@ table_grad_runs_ads_geos(i64 *__restrict__ rows_tensor0,
     return;
   }
 }
-#line 1250 "model.cu"
+#line 1278 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad sum per distinct id (long runs listed), then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1323,7 +1351,7 @@ table_grad_apply_ads(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1327 "model.cu"
+#line 1355 "model.cu"
 
 // codegen_variants.gem:13:3 table_grad the long runs, summed in parts, then sgd (bwd)
 //     table ads  : rows 20, optim sgd(lr = 0.2);
@@ -1393,7 +1421,7 @@ table_grad_apply_long_ads(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1397 "model.cu"
+#line 1425 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad sum per distinct id (long runs listed), then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1477,7 +1505,7 @@ table_grad_apply_geos(float *__restrict__ rows_grad,
     store_f32_n<VEC>(table, row * DIM + c0, w[k]);
   }
 }
-#line 1481 "model.cu"
+#line 1509 "model.cu"
 
 // codegen_variants.gem:14:3 table_grad the long runs, summed in parts, then rowwise_adagrad (bwd)
 //     table geos : rows 5;
@@ -1553,7 +1581,7 @@ table_grad_apply_long_geos(float *__restrict__ rows_grad,
     __syncthreads();  // partial serves the next id
   }
 }
-#line 1557 "model.cu"
+#line 1585 "model.cu"
 
 // codegen_variants.gem:18:7 sgd of 8 parameters, @u.linear0.w first (optimizer)
 //     u = linear(c, 8) @fp8;
@@ -1607,4 +1635,4 @@ sgd_8_params_u_linear0_w(float *__restrict__ w0,
   if (i >= n) return;
   w[i] = (float)(w[i] - 0.1 * g[i]);
 }
-#line 1611 "model.cu"
+#line 1639 "model.cu"
