@@ -51,7 +51,8 @@ bool gemm_run(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdevic
 // beta · C. cuBLASLt's FP8 kernels need both operands K-major (trans_b and not trans_a), k a
 // multiple of 16, an fp32 C with n a multiple of 4, no bias or activation, and 16-byte aligned
 // scales; FAST_ACCUM off (cuBLASLt promotes the MMA's narrower sums to fp32 as it goes). Other
-// shapes are refused with a message. scale_a and scale_b are ignored for other types.
+// shapes are refused with a message, before the handle or the device is used (a NULL g is
+// refused the same way). scale_a and scale_b are ignored for other types.
 bool gemm_run_scaled(Gemm *g, const GemmShape *s, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
                      CUdeviceptr bias, CUdeviceptr scale_a, CUdeviceptr scale_b, CUstream stream,
                      char *err, size_t err_size);
