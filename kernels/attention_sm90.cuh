@@ -476,6 +476,16 @@ __device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restri
   return true;
 }
 
+// The first valid item of this CTA's list at or after `index` (stepping by the grid), into *it;
+// `count` when none is left.
+template <int BN>
+__device__ __forceinline__ int sm90_next_item(const AttnRows &r, const int *__restrict__ tiles,
+                                              int index, int count, Sm90Item *it) {
+  for (; index < count; index += gridDim.x)
+    if (sm90_item<BN>(r, tiles, index, it)) return index;
+  return count;
+}
+
 // Q tiles in flight: two, or four over key tiles of at most 32 keys, where an item is little
 // more than its Q load and O store and the producer must run further ahead to keep HBM busy.
 #define SM90_Q_BUFFERS(BN) ((BN) <= 32 ? 4 : 2)
@@ -578,11 +588,20 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const float scale_log2 = r.scale * ATTN_LOG2E;
   int n = 0, c = 0;
-  for (int index = blockIdx.x; index < count; index += gridDim.x) {
-    Sm90Item it;
-    if (!sm90_item<BN>(r, tiles, index, &it)) continue;
+  // S of an item's first key tile is issued under the previous item's last P·V, so the
+  // tensor cores stay busy while that item's O is stored (outer-loop pipelining in the
+  // consumers as well as the producer). `early`: sc already holds the current item's first S,
+  // issued and committed, its Q and K waited for.
+  float sc[S_REGS];
+#pragma unroll
+  for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
+  unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
+  Sm90Item it;
+  int index = sm90_next_item<BN>(r, tiles, blockIdx.x, count, &it);
+  bool early = false;
+  while (index < count) {
     const int qb = n % QBUF;
-    sm90_bar_wait(q_full + 8 * qb, (n / QBUF) & 1);
+    if (!early) sm90_bar_wait(q_full + 8 * qb, (n / QBUF) & 1);
     n++;
     const unsigned q_rows = q_tiles + qb * Q_BYTES + cw * 64 * 128;
     const int row0 = it.i0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
@@ -598,18 +617,16 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     // last tile is peeled: its P·V is a wgmma group of its own under the `if` (a group that is
     // wholly conditional is fine; a conditional wgmma inside a group makes ptxas serialize
     // them, C7520).
-    float sc[S_REGS];
-#pragma unroll
-    for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
-    unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
     if (it.nkv > 0) {
-      sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
-      sm90_pin<S_REGS>(sc);
-      sm90_wgmma_fence();
-      sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + (c % STAGES) * KV_BYTES);
-      sm90_wgmma_commit();
-      sm90_wgmma_wait<0>();
-      sm90_pin<S_REGS>(sc);
+      if (!early) {
+        sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
+        sm90_pin<S_REGS>(sc);
+        sm90_wgmma_fence();
+        sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + (c % STAGES) * KV_BYTES);
+        sm90_wgmma_commit();
+        sm90_wgmma_wait<0>();
+        sm90_pin<S_REGS>(sc);
+      }
       sm90_bar_arrive(k_empty + 8 * (c % STAGES));  // K is read; V stays until its P·V is done
     }
     for (int j = 0; j + 1 < it.nkv; j++, c++) {
@@ -630,24 +647,44 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       sm90_pin<S_REGS>(sc);
       sm90_bar_arrive(k_empty + 8 * next);
     }
-    if (it.nkv > 0) {  // the last key tile: its P·V alone
+    // The next item of this CTA, found now so that its first S can go under this last P·V.
+    Sm90Item nit;
+    const int next_index = sm90_next_item<BN>(r, tiles, index + gridDim.x, count, &nit);
+    early = false;
+    if (it.nkv > 0) {  // the last key tile: its P·V, then the next item's first S
       const int s = c % STAGES;
       sm90_prepare<ACT, BN, DH, F16>(sc, pa, o, row_max, row_sum, r, it.e,
                                      it.jlo + (it.nkv - 1) * BN, row0, t);
       if (it.nkv > 1) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
       sm90_bar_wait(v_full + 8 * s, (c / STAGES) & 1);
       sm90_pin<O_REGS>(o);
+      sm90_pin<S_REGS>(sc);
       sm90_wgmma_fence();
       sm90_values<DH, BN, F16>(o, pa, v_tiles + s * KV_BYTES);
       sm90_wgmma_commit();
+      c++;
+      early = next_index < count && nit.nkv > 0;
+      if (early) {  // a wgmma group of its own under the `if`, as the peeled P·V above
+        const int nqb = n % QBUF;
+        sm90_bar_wait(q_full + 8 * nqb, (n / QBUF) & 1);
+        sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
+        sm90_wgmma_fence();
+        sm90_scores<DH, BN, F16>(sc, q_tiles + nqb * Q_BYTES + cw * 64 * 128,
+                                 k_tiles + (c % STAGES) * KV_BYTES);
+        sm90_wgmma_commit();
+      }
+      // Both are waited for here: an S left in flight across the epilogue and the loop's back
+      // edge makes ptxas serialize every wgmma of the kernel (C7515).
       sm90_wgmma_wait<0>();
       sm90_pin<O_REGS>(o);
+      sm90_pin<S_REGS>(sc);
       sm90_bar_arrive(v_empty + 8 * s);
-      c++;
     }
     sm90_wgmma_wait<0>();  // a no-op (nothing is in flight), which tells ptxas so
-    sm90_pin<O_REGS>(o);
-    if (sizeof(OT) == 2 && o_map && it.i0 + SM90_TILE_Q <= it.e.q_len) {
+    const Sm90Item cur = it;
+    it = nit;
+    index = next_index;
+    if (sizeof(OT) == 2 && o_map && cur.i0 + SM90_TILE_Q <= cur.e.q_len) {
       // O into this warpgroup's 64 rows of the Q tile (read by every S, so free now), in the
       // 128-byte swizzle the map uses: 16-byte chunk c of row rl sits at chunk c ^ (rl % 8).
       const unsigned q_mine = q_tiles + qb * Q_BYTES + cw * 64 * 128;
@@ -667,7 +704,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       if ((threadIdx.x & 127) == 0) {
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
-          sm90_tma_store(*o_map, it.h * DH + 64 * half, (int)(it.e.o_start + it.i0 + cw * 64),
+          sm90_tma_store(*o_map, cur.h * DH + 64 * half, (int)(cur.e.o_start + cur.i0 + cw * 64),
                          q_mine + half * Q_HALF);
         sm90_tma_store_wait_read();  // the Q tile is the producer's again after this
       }
@@ -681,8 +718,8 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     for (int half = 0; half < 2; half++) {
       const float inv = SOFTMAX ? sm90_row_inv(row_sum[half]) : 1.0f;
       const int i = row0 + 8 * half;
-      if (i >= it.e.q_len) continue;
-      OT *dst = out + (it.e.o_start + i) * r.d + it.h * DH + 2 * t;
+      if (i >= cur.e.q_len) continue;
+      OT *dst = out + (cur.e.o_start + i) * r.d + cur.h * DH + 2 * t;
 #pragma unroll
       for (int nb = 0; nb < DH / 8; nb++)
         sm90_store2(dst + 8 * nb, o[4 * nb + 2 * half] * inv, o[4 * nb + 2 * half + 1] * inv);
