@@ -201,12 +201,13 @@ int attn_tile_list_heads(Lower *L, const AttnNode *a, int node, int rows, bool k
   const Node *n = a->n;
   TileList t = {.node = node, .tile_q = rows, .tile_kv = 64, .heads = heads,
                 .zigzag = n->sched.zigzag != 2};
+  t.causal = n->mask == MASK_CAUSAL;
+  t.window = n->window;
   if (!kv_side) {
     t.q_jag = a->q_jag, t.kv_jag = a->kv_jag, t.q_fixed = a->q_fixed, t.kv_fixed = a->kv_fixed;
-    t.causal = n->mask == MASK_CAUSAL;
-    t.window = n->window;
-  } else {  // rows are keys; work per tile is estimated without the mask
+  } else {  // rows are keys: the work per tile is the queries that see them
     t.q_jag = a->kv_jag, t.kv_jag = a->q_jag, t.q_fixed = a->kv_fixed, t.kv_fixed = a->q_fixed;
+    t.key_side = true;
   }
   return lower_new_tiles(L, t);
 }

@@ -139,6 +139,9 @@ typedef struct TileList {
   bool zigzag;
   bool persistent;       // dealt for a persistent kernel: entry r*G + c is CTA c's r-th item,
                          // G = the SM count; an entry with example -1 is a hole to skip
+  bool key_side;         // the rows are keys (a dK/dV list: q_* describe the keys, kv_* the
+                         // queries); causal and window are the node's mask, which the work
+                         // estimate applies from the keys' side (a key sees the queries after it)
 } TileList;
 
 // A temporary that codegen needs between launches and the IR does not name: a cast or

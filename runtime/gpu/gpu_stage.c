@@ -54,7 +54,7 @@ static bool same_tile_spec(const TileList *a, const TileList *b) {
   return a->q_jag == b->q_jag && a->kv_jag == b->kv_jag && a->q_fixed == b->q_fixed &&
          a->kv_fixed == b->kv_fixed && a->tile_q == b->tile_q && a->tile_kv == b->tile_kv &&
          a->heads == b->heads && a->causal == b->causal && a->window == b->window &&
-         a->zigzag == b->zigzag && a->persistent == b->persistent;
+         a->zigzag == b->zigzag && a->persistent == b->persistent && a->key_side == b->key_side;
 }
 
 bool staging_layout_init(StagingLayout *l, const Plan *p, int64_t max_batch, int num_sms,

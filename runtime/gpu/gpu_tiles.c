@@ -63,9 +63,14 @@ static int64_t kv_len(const TileList *tl, const int64_t *kv_offsets, int64_t b) 
   return kv_offsets ? kv_offsets[b + 1] - kv_offsets[b] : tl->kv_fixed;
 }
 
-// What one tile weighs: its visible pairs, plus its rows (writing them).
+// What one tile weighs: its visible pairs, plus its rows (writing them). Over a key-side list
+// (lq keys, lk queries) a causal mask lets key k see the queries i >= k, and, with a window w,
+// i < k + w: the query-side count reflected (row L - 1 - k of a list of L rows; a causal mask
+// means self-attention, so L = lq = lk). A window alone, |i - k| < w, is the same from both
+// sides.
 static int64_t tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk) {
   int64_t i1 = i0 + tile_rows(tl) < lq ? i0 + tile_rows(tl) : lq;
+  if (tl->key_side && tl->causal) return gpu_tiles_work(tl, lq - i1, lq - i0, lk) + (i1 - i0);
   return gpu_tiles_work(tl, i0, i1, lk) + (i1 - i0);
 }
 
