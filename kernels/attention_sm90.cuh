@@ -201,14 +201,6 @@ template <int N, bool F16>
 __device__ __forceinline__ void sm90_mma_rs(float *d, const unsigned *a, unsigned long long b) {
   emu_wgmma(d, N, 0, a, false, b, true, true, F16);
 }
-template <int N, bool F16>
-__device__ __forceinline__ void sm90_mma_rs_k(float *d, const unsigned *a, unsigned long long b,
-                                              int accumulate) {
-  emu_wgmma(d, N, 0, a, false, b, false, accumulate != 0, F16);
-}
-__device__ __forceinline__ void sm90_ldmatrix_x4(unsigned *r, unsigned addr) {
-  emu_ldmatrix_x4(r, emu_dynamic_smem + addr, false);
-}
 #else
 // The accumulator operands of a wgmma: 8 (m64n16), 16 (m64n32), 32 (m64n64) or 64 (m64n128)
 // fp32 registers per thread,
@@ -261,41 +253,6 @@ __device__ __forceinline__ void sm90_ldmatrix_x4(unsigned *r, unsigned addr) {
                NA1 ", %" NA2 ", %" NA3 "}, %" NB ", p, 1, 1, 1;\n}\n"                              \
                : ACC(d)                                                                       \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1))
-
-// d (64 x N fp32) (+)= A (64 x 16, registers a[0..3]) * B (N x 16, shared, K-major)ᵀ: S with
-// Q's fragments held in registers.
-#define SM90_WGMMA_RS_K(SHAPE, TYPE, REGS, ACC, NA0, NA1, NA2, NA3, NB, NS)                    \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" NS ", 0;\n"                              \
-               "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE " {" REGS "}, {%" NA0 ", %"    \
-               NA1 ", %" NA2 ", %" NA3 "}, %" NB ", p, 1, 1, 0;\n}\n"                            \
-               : ACC(d)                                                                       \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate))
-
-template <int N, bool F16>
-__device__ __forceinline__ void sm90_mma_rs_k(float *d, const unsigned *a, unsigned long long b,
-                                              int accumulate) {
-  if (N == 16) {
-    if (F16) SM90_WGMMA_RS_K("m64n16k16", "f16.f16", SM90_REGS8, SM90_ACC8, "8", "9", "10", "11", "12", "13");
-    else SM90_WGMMA_RS_K("m64n16k16", "bf16.bf16", SM90_REGS8, SM90_ACC8, "8", "9", "10", "11", "12", "13");
-  } else if (N == 32) {
-    if (F16) SM90_WGMMA_RS_K("m64n32k16", "f16.f16", SM90_REGS16, SM90_ACC16, "16", "17", "18", "19", "20", "21");
-    else SM90_WGMMA_RS_K("m64n32k16", "bf16.bf16", SM90_REGS16, SM90_ACC16, "16", "17", "18", "19", "20", "21");
-  } else if (N == 64) {
-    if (F16) SM90_WGMMA_RS_K("m64n64k16", "f16.f16", SM90_REGS32, SM90_ACC32, "32", "33", "34", "35", "36", "37");
-    else SM90_WGMMA_RS_K("m64n64k16", "bf16.bf16", SM90_REGS32, SM90_ACC32, "32", "33", "34", "35", "36", "37");
-  } else {
-    if (F16) SM90_WGMMA_RS_K("m64n128k16", "f16.f16", SM90_REGS64, SM90_ACC64, "64", "65", "66", "67", "68", "69");
-    else SM90_WGMMA_RS_K("m64n128k16", "bf16.bf16", SM90_REGS64, SM90_ACC64, "64", "65", "66", "67", "68", "69");
-  }
-}
-
-// Four 8x8 16-bit matrices from shared memory (lane l gives the address of row l % 8 of matrix
-// l / 8), in mma.sync's fragment layout, which is also wgmma's register A layout per warp.
-__device__ __forceinline__ void sm90_ldmatrix_x4(unsigned *r, unsigned addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
 
 // S over the small key tiles (16 or 32 keys: a set that small, where 64-key tiles would be
 // mostly masked).
@@ -389,39 +346,6 @@ __device__ __forceinline__ void sm90_scores(float *sc, unsigned q_rows, unsigned
     const unsigned step = (kk & 3) * 32;  // 16 columns of a 128-byte row: 32 bytes
     sm90_mma_ss<BN, F16>(sc, sm90_desc(q_rows + (kk / 4) * SM90_TILE_Q * 128 + step, 16, 1024),
                          sm90_desc(k_tile + (kk / 4) * BN * 128 + step, 16, 1024), kk > 0);
-  }
-}
-
-// This warpgroup's 64 rows of the Q tile at q_rows as wgmma A fragments, 16 columns a k-step
-// (the tile's 128-byte swizzle: 16-byte chunk c of row R at chunk c ^ (R % 8)). Lane l reads row
-// l % 16 of its warp's 16, chunk 2 kk + l / 16: matrices (rows 0-7, k 0-7), (8-15, 0-7),
-// (0-7, 8-15), (8-15, 8-15), the m16n8k16 A order.
-template <int QK>
-__device__ __forceinline__ void sm90_load_q(unsigned (*qf)[4], unsigned q_rows, int warp,
-                                            int lane) {
-  const int row = warp * 16 + (lane & 15);
-#pragma unroll
-  for (int kk = 0; kk < QK; kk++) {
-    const int chunk = 2 * kk + (lane >> 4);
-    sm90_ldmatrix_x4(qf[kk], q_rows + (chunk / 8) * SM90_TILE_Q * 128 + row * 128 +
-                                 (((chunk % 8) ^ (row % 8)) * 16));
-  }
-}
-
-// S (64 x BN) = Q·Kᵀ with Q's first QK k-steps in registers (sm90_load_q), the rest read from
-// the Q tile at q_rows.
-template <int DH, int BN, int QK, bool F16>
-__device__ __forceinline__ void sm90_scores_rs(float *sc, const unsigned (*qf)[4], unsigned q_rows,
-                                               unsigned k_tile) {
-#pragma unroll
-  for (int kk = 0; kk < DH / 16; kk++) {
-    const unsigned step = (kk & 3) * 32;
-    const unsigned long long kd = sm90_desc(k_tile + (kk / 4) * BN * 128 + step, 16, 1024);
-    if (kk < QK)
-      sm90_mma_rs_k<BN, F16>(sc, qf[kk < QK ? kk : 0], kd, kk > 0);
-    else
-      sm90_mma_ss<BN, F16>(sc, sm90_desc(q_rows + (kk / 4) * SM90_TILE_Q * 128 + step, 16, 1024),
-                           kd, kk > 0);
   }
 }
 
@@ -552,16 +476,6 @@ __device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restri
   return true;
 }
 
-// The first valid item of this CTA's list at or after `index` (stepping by the grid), into *it;
-// `count` when none is left.
-template <int BN>
-__device__ __forceinline__ int sm90_next_item(const AttnRows &r, const int *__restrict__ tiles,
-                                              int index, int count, Sm90Item *it) {
-  for (; index < count; index += gridDim.x)
-    if (sm90_item<BN>(r, tiles, index, it)) return index;
-  return count;
-}
-
 // Q tiles in flight: two, or four over key tiles of at most 32 keys, where an item is little
 // more than its Q load and O store and the producer must run further ahead to keep HBM busy.
 #define SM90_Q_BUFFERS(BN) ((BN) <= 32 ? 4 : 2)
@@ -578,13 +492,7 @@ __device__ __forceinline__ int sm90_next_item(const AttnRows &r, const int *__re
 // o_map: O's tensor map (64-row boxes) when OT is the 16-bit type of q, k, v, else nullptr;
 // with it, a work item whose 128 rows all lie in its example writes O through the Q tile it has
 // consumed and one TMA store per warpgroup and half, instead of 32 stores a thread.
-#ifndef SM90_Q_IN_REGS
-#define SM90_Q_IN_REGS 1
-#endif
-#ifndef SM90_QK_WIDE
-#define SM90_QK_WIDE 2
-#endif
-template <int DH, int ACT, int BN, int STAGES, bool F16, typename OT, bool QREG = SM90_Q_IN_REGS>
+template <int DH, int ACT, int BN, int STAGES, bool F16, typename OT>
 __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const TmaMap &q_map,
                                                   const TmaMap &k_map, const TmaMap &v_map,
                                                   const TmaMap *o_map, const AttnRows &r,
@@ -670,24 +578,11 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
   const int warp = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const float scale_log2 = r.scale * ATTN_LOG2E;
   int n = 0, c = 0;
-  // S of an item's first key tile is issued under the previous item's last P·V, so the
-  // tensor cores stay busy while that item's O is stored (outer-loop pipelining in the
-  // consumers as well as the producer). `early`: sc already holds the current item's first S,
-  // issued and committed, its Q and K waited for.
-  float sc[S_REGS];
-#pragma unroll
-  for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
-  unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
-  // QREG: the first QK k-steps of this warpgroup's Q rows as A fragments (all of them but at
-  // head dim 128 over 128-key tiles, where that many registers would serialize the wgmma)
-  enum { QK = QREG ? (DH == 128 && BN == 128 ? SM90_QK_WIDE : DH / 16) : 1 };
-  unsigned qf[QK][4];
-  Sm90Item it;
-  int index = sm90_next_item<BN>(r, tiles, blockIdx.x, count, &it);
-  bool early = false;
-  while (index < count) {
+  for (int index = blockIdx.x; index < count; index += gridDim.x) {
+    Sm90Item it;
+    if (!sm90_item<BN>(r, tiles, index, &it)) continue;
     const int qb = n % QBUF;
-    if (!early) sm90_bar_wait(q_full + 8 * qb, (n / QBUF) & 1);
+    sm90_bar_wait(q_full + 8 * qb, (n / QBUF) & 1);
     n++;
     const unsigned q_rows = q_tiles + qb * Q_BYTES + cw * 64 * 128;
     const int row0 = it.i0 + cw * 64 + warp * 16 + g;  // this thread's rows: row0, row0 + 8
@@ -703,20 +598,18 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     // last tile is peeled: its P·V is a wgmma group of its own under the `if` (a group that is
     // wholly conditional is fine; a conditional wgmma inside a group makes ptxas serialize
     // them, C7520).
+    float sc[S_REGS];
+#pragma unroll
+    for (int i = 0; i < S_REGS; i++) sc[i] = 0.0f;
+    unsigned pa[BN / 16][4];  // P as wgmma A fragments, 16 keys each
     if (it.nkv > 0) {
-      if (!early) {
-        if (QREG) sm90_load_q<QK>(qf, q_rows, warp, lane);
-        sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
-        sm90_pin<S_REGS>(sc);
-        sm90_wgmma_fence();
-        if (QREG)
-          sm90_scores_rs<DH, BN, QK, F16>(sc, qf, q_rows, k_tiles + (c % STAGES) * KV_BYTES);
-        else
-          sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + (c % STAGES) * KV_BYTES);
-        sm90_wgmma_commit();
-        sm90_wgmma_wait<0>();
-        sm90_pin<S_REGS>(sc);
-      }
+      sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
+      sm90_pin<S_REGS>(sc);
+      sm90_wgmma_fence();
+      sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + (c % STAGES) * KV_BYTES);
+      sm90_wgmma_commit();
+      sm90_wgmma_wait<0>();
+      sm90_pin<S_REGS>(sc);
       sm90_bar_arrive(k_empty + 8 * (c % STAGES));  // K is read; V stays until its P·V is done
     }
     for (int j = 0; j + 1 < it.nkv; j++, c++) {
@@ -729,10 +622,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       sm90_pin<S_REGS>(sc);
       sm90_pin<O_REGS>(o);
       sm90_wgmma_fence();
-      if (QREG)
-        sm90_scores_rs<DH, BN, QK, F16>(sc, qf, q_rows, k_tiles + next * KV_BYTES);
-      else
-        sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + next * KV_BYTES);
+      sm90_scores<DH, BN, F16>(sc, q_rows, k_tiles + next * KV_BYTES);
       sm90_wgmma_commit();
       sm90_values<DH, BN, F16>(o, pa, v_tiles + s * KV_BYTES);
       sm90_wgmma_commit();
@@ -740,48 +630,24 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       sm90_pin<S_REGS>(sc);
       sm90_bar_arrive(k_empty + 8 * next);
     }
-    // The next item of this CTA, found now so that its first S can go under this last P·V.
-    Sm90Item nit;
-    const int next_index = sm90_next_item<BN>(r, tiles, index + gridDim.x, count, &nit);
-    early = false;
-    if (it.nkv > 0) {  // the last key tile: its P·V, then the next item's first S
+    if (it.nkv > 0) {  // the last key tile: its P·V alone
       const int s = c % STAGES;
       sm90_prepare<ACT, BN, DH, F16>(sc, pa, o, row_max, row_sum, r, it.e,
                                      it.jlo + (it.nkv - 1) * BN, row0, t);
       if (it.nkv > 1) sm90_bar_arrive(v_empty + 8 * ((c - 1) % STAGES));
       sm90_bar_wait(v_full + 8 * s, (c / STAGES) & 1);
       sm90_pin<O_REGS>(o);
-      sm90_pin<S_REGS>(sc);
       sm90_wgmma_fence();
       sm90_values<DH, BN, F16>(o, pa, v_tiles + s * KV_BYTES);
       sm90_wgmma_commit();
-      c++;
-      early = next_index < count && nit.nkv > 0;
-      if (early) {  // a wgmma group of its own under the `if`, as the peeled P·V above
-        const int nqb = n % QBUF;
-        sm90_bar_wait(q_full + 8 * nqb, (n / QBUF) & 1);
-        const unsigned next_rows = q_tiles + nqb * Q_BYTES + cw * 64 * 128;
-        if (QREG) sm90_load_q<QK>(qf, next_rows, warp, lane);  // this item's S are all done
-        sm90_bar_wait(k_full + 8 * (c % STAGES), (c / STAGES) & 1);
-        sm90_wgmma_fence();
-        if (QREG)
-          sm90_scores_rs<DH, BN, QK, F16>(sc, qf, next_rows, k_tiles + (c % STAGES) * KV_BYTES);
-        else
-          sm90_scores<DH, BN, F16>(sc, next_rows, k_tiles + (c % STAGES) * KV_BYTES);
-        sm90_wgmma_commit();
-      }
-      // Both are waited for here: an S left in flight across the epilogue and the loop's back
-      // edge makes ptxas serialize every wgmma of the kernel (C7515).
       sm90_wgmma_wait<0>();
       sm90_pin<O_REGS>(o);
-      sm90_pin<S_REGS>(sc);
       sm90_bar_arrive(v_empty + 8 * s);
+      c++;
     }
     sm90_wgmma_wait<0>();  // a no-op (nothing is in flight), which tells ptxas so
-    const Sm90Item cur = it;
-    it = nit;
-    index = next_index;
-    if (sizeof(OT) == 2 && o_map && cur.i0 + SM90_TILE_Q <= cur.e.q_len) {
+    sm90_pin<O_REGS>(o);
+    if (sizeof(OT) == 2 && o_map && it.i0 + SM90_TILE_Q <= it.e.q_len) {
       // O into this warpgroup's 64 rows of the Q tile (read by every S, so free now), in the
       // 128-byte swizzle the map uses: 16-byte chunk c of row rl sits at chunk c ^ (rl % 8).
       const unsigned q_mine = q_tiles + qb * Q_BYTES + cw * 64 * 128;
@@ -801,7 +667,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
       if ((threadIdx.x & 127) == 0) {
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
-          sm90_tma_store(*o_map, cur.h * DH + 64 * half, (int)(cur.e.o_start + cur.i0 + cw * 64),
+          sm90_tma_store(*o_map, it.h * DH + 64 * half, (int)(it.e.o_start + it.i0 + cw * 64),
                          q_mine + half * Q_HALF);
         sm90_tma_store_wait_read();  // the Q tile is the producer's again after this
       }
@@ -815,8 +681,8 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     for (int half = 0; half < 2; half++) {
       const float inv = SOFTMAX ? sm90_row_inv(row_sum[half]) : 1.0f;
       const int i = row0 + 8 * half;
-      if (i >= cur.e.q_len) continue;
-      OT *dst = out + (cur.e.o_start + i) * r.d + cur.h * DH + 2 * t;
+      if (i >= it.e.q_len) continue;
+      OT *dst = out + (it.e.o_start + i) * r.d + it.h * DH + 2 * t;
 #pragma unroll
       for (int nb = 0; nb < DH / 8; nb++)
         sm90_store2(dst + 8 * nb, o[4 * nb + 2 * half] * inv, o[4 * nb + 2 * half + 1] * inv);
