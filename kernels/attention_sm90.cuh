@@ -41,14 +41,6 @@ enum {
   SM90_CONSUMER_REGS = 232,
 };
 
-// How a TMA load asks L2 to keep its lines (sm90_tma_load's `l2`): a tile read once (a work
-// item's Q) is evicted first, a tile that other work items read again (K and V, which every
-// query tile of an example streams) last. SM90_L2_HINTS 0 drops the hints.
-enum { SM90_L2_NORMAL = 0, SM90_L2_EVICT_FIRST = 1, SM90_L2_EVICT_LAST = 2 };
-#ifndef SM90_L2_HINTS
-#define SM90_L2_HINTS 1
-#endif
-
 // ---------------------------------------------------------------------------------------------
 // mbarrier
 
@@ -60,8 +52,7 @@ __device__ __forceinline__ void sm90_bar_wait(unsigned bar, unsigned parity) {
   while (!emu_mbar_try_wait(bar, parity)) emu_yield();
 }
 __device__ __forceinline__ void sm90_tma_load(unsigned dst, const TmaMap &map, int col, int row,
-                                              unsigned bar, int l2 = 0) {
-  (void)l2;  // the emulator has no L2
+                                              unsigned bar) {
   emu_tma_load(dst, &map, col, row, bar);
 }
 __device__ __forceinline__ void sm90_tma_store(const TmaMap &map, int col, int row, unsigned src) {
@@ -96,23 +87,10 @@ __device__ __forceinline__ void sm90_bar_wait(unsigned bar, unsigned parity) {
 // TMA: one box of `map` at (column, row) into shared memory, completing on `bar`.
 
 __device__ __forceinline__ void sm90_tma_load(unsigned dst, const TmaMap &map, int col, int row,
-                                              unsigned bar, int l2 = SM90_L2_NORMAL) {
-  if (!SM90_L2_HINTS || l2 == SM90_L2_NORMAL) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-                 " [%0], [%1, {%2, %3}], [%4];\n"
-                 ::"r"(dst), "l"((unsigned long long)&map), "r"(col), "r"(row), "r"(bar)
-                 : "memory");
-    return;
-  }
-  unsigned long long policy;
-  if (l2 == SM90_L2_EVICT_FIRST)
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  else
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\n" : "=l"(policy));
+                                              unsigned bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
-               ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;\n"
-               ::"r"(dst), "l"((unsigned long long)&map), "r"(col), "r"(row), "r"(bar),
-               "l"(policy)
+               " [%0], [%1, {%2, %3}], [%4];\n"
+               ::"r"(dst), "l"((unsigned long long)&map), "r"(col), "r"(row), "r"(bar)
                : "memory");
 }
 
@@ -571,7 +549,7 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
 #pragma unroll
       for (int half = 0; half < HALVES; half++)
         sm90_tma_load(q_tiles + qb * Q_BYTES + half * Q_HALF, q_map, it.h * DH + 64 * half,
-                      (int)(it.e.q_start + it.i0), q_full + 8 * qb, SM90_L2_EVICT_FIRST);
+                      (int)(it.e.q_start + it.i0), q_full + 8 * qb);
       n++;
       for (int j = 0; j < it.nkv; j++, c++) {
         const int s = c % STAGES;
@@ -582,13 +560,13 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
           sm90_tma_load(k_tiles + s * KV_BYTES + half * KV_HALF, k_map, it.h * DH + 64 * half,
-                        row, k_full + 8 * s, SM90_L2_EVICT_LAST);
+                        row, k_full + 8 * s);
         sm90_bar_wait(v_empty + 8 * s, free_parity);
         sm90_bar_expect(v_full + 8 * s, KV_BYTES);
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
           sm90_tma_load(v_tiles + s * KV_BYTES + half * KV_HALF, v_map, it.h * DH + 64 * half,
-                        row, v_full + 8 * s, SM90_L2_EVICT_LAST);
+                        row, v_full + 8 * s);
       }
     }
     return;

@@ -220,9 +220,9 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       for (int half = 0; half < HALVES; half++) {
         const int col = it.h * DH + 64 * half;
         sm90_tma_load(res_tiles + (2 * rb) * RES_BYTES + half * RES_HALF, res1_map, col, res1_row,
-                      res_full + 8 * rb, SM90_L2_EVICT_FIRST);
+                      res_full + 8 * rb);
         sm90_tma_load(res_tiles + (2 * rb + 1) * RES_BYTES + half * RES_HALF, res2_map, col,
-                      res2_row, res_full + 8 * rb, SM90_L2_EVICT_FIRST);
+                      res2_row, res_full + 8 * rb);
       }
       n++;
       for (int j = 0; j < it.nstream; j++, c++) {
@@ -235,12 +235,12 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
           sm90_tma_load(str_tiles + (2 * s) * STR_BYTES + half * STR_HALF, str1_map,
-                        it.h * DH + 64 * half, str1_row, str_full + 16 * s, SM90_L2_EVICT_LAST);
+                        it.h * DH + 64 * half, str1_row, str_full + 16 * s);
         sm90_bar_expect(str_full + 16 * s + 8, STR_BYTES);
 #pragma unroll
         for (int half = 0; half < HALVES; half++)
           sm90_tma_load(str_tiles + (2 * s + 1) * STR_BYTES + half * STR_HALF, str2_map,
-                        it.h * DH + 64 * half, str2_row, str_full + 16 * s + 8, SM90_L2_EVICT_LAST);
+                        it.h * DH + 64 * half, str2_row, str_full + 16 * s + 8);
       }
     }
     return;
