@@ -49,12 +49,16 @@ void gpu_tensor_shape(const Ir *ir, int ti, int64_t B, const int64_t *totals, in
   }
 }
 
-// Two tile lists with equal specs hold the same tiles for every batch.
+// Two tile lists with equal specs hold the same tiles for every batch. Without a mask the side
+// the rows are on does not change a tile's work, so a self-attention's query and key lists of
+// one tile size are one list.
 static bool same_tile_spec(const TileList *a, const TileList *b) {
+  bool masked = a->causal || a->window > 0;
   return a->q_jag == b->q_jag && a->kv_jag == b->kv_jag && a->q_fixed == b->q_fixed &&
          a->kv_fixed == b->kv_fixed && a->tile_q == b->tile_q && a->tile_kv == b->tile_kv &&
          a->heads == b->heads && a->causal == b->causal && a->window == b->window &&
-         a->zigzag == b->zigzag && a->persistent == b->persistent && a->key_side == b->key_side;
+         a->zigzag == b->zigzag && a->persistent == b->persistent &&
+         (!masked || a->key_side == b->key_side);
 }
 
 bool staging_layout_init(StagingLayout *l, const Plan *p, int64_t max_batch, int num_sms,

@@ -114,6 +114,15 @@ static void test_stage_hstu_matches_the_batch_and_shares_equal_tile_lists(void *
   // Six identical causal layers: their forward and backward lists fall into a few classes.
   assert_true(x.p.ntiles >= 12);
   assert_true(distinct < x.p.ntiles / 3);
+  // A causal list of keys (dK/dV) weighs its tiles from the keys' side: never one list with a
+  // list of queries.
+  int key_lists = 0;
+  for (int t = 0; t < x.p.ntiles; t++) {
+    const TileList *a = &x.p.tiles[t], *b = &x.p.tiles[x.l.tile_alias[t]];
+    key_lists += a->key_side;
+    if (a->causal) assert_int_equal(a->key_side, b->key_side);
+  }
+  assert_true(key_lists > 0);
   Batch b;
   batch_alloc(&b, &x.s, x.m.ir.batch);
   GpuStaged st = {0};
