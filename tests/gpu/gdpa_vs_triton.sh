@@ -131,23 +131,7 @@ touch "$OUT/peer.log"
 
 # --- the batches the peer did not write -----------------------------------------------------
 # lengths-CELL.txt as the peer would draw it (its definitions; awk's random numbers, not torch's).
-draw() {  # draw CELL FILE
-  local cell=$1 kind s n
-  n=${cell##*-N}
-  case $cell in
-  self-s*) kind=self; s=${cell#self-s}; s=${s%-N*} ;;
-  selfeq-s*) kind=selfeq; s=${cell#selfeq-s}; s=${s%-N*} ;;
-  cross-kv256-*) kind=cross; s=1.0 ;;
-  esac
-  awk -v B=1152 -v N="$n" -v S="$s" -v K="$kind" 'BEGIN {
-    srand(2025); lo = int((2 * S - 1) * N); if (lo < 1) lo = 1
-    print "# " K " s=" S " N=" N ", B=" B ": drawn by gdpa_vs_triton.sh (awk), not by the peer"
-    for (b = 0; b < B; b++) {
-      lq = lo + int(rand() * (N - lo + 1)); if (lq > N) lq = N
-      if (K == "self") print lq, N; else if (K == "selfeq") print lq, lq; else print N, 256
-    }
-  }' > "$2"
-}
+draw() { sh "$(dirname "$0")/gdpa_draw.sh" "$1" "$2"; }  # draw CELL FILE
 SOURCE=()
 for i in "${!CELLS[@]}"; do
   f=$OUT/lengths/lengths-${CELLS[$i]}.txt
