@@ -49,11 +49,11 @@ void gpu_tensor_shape(const Ir *ir, int ti, int64_t B, const int64_t *totals, in
   }
 }
 
-// Two tile lists with equal specs hold the same tiles for every batch. Without a mask the side
-// the rows are on does not change a tile's work, so a self-attention's query and key lists of
-// one tile size are one list.
+// Two tile lists with equal specs hold the same tiles for every batch. Only a causal mask
+// weighs a tile differently from the keys' side (a window alone, |i - k| < w, is symmetric), so
+// a self-attention's query and key lists of one tile size are one list unless it is causal.
 static bool same_tile_spec(const TileList *a, const TileList *b) {
-  bool masked = a->causal || a->window > 0;
+  bool masked = a->causal;
   return a->q_jag == b->q_jag && a->kv_jag == b->kv_jag && a->q_fixed == b->q_fixed &&
          a->kv_fixed == b->kv_fixed && a->tile_q == b->tile_q && a->tile_kv == b->tile_kv &&
          a->heads == b->heads && a->causal == b->causal && a->window == b->window &&

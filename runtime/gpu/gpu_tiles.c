@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "internal_error.h"
+
 // The keys query row i sees: [lo, hi) clipped to [0, lk), as the kernels' masks have it.
 static int64_t row_work(const TileList *tl, int64_t i, int64_t lk) {
   int64_t lo = 0, hi = lk;
@@ -70,7 +72,10 @@ static int64_t kv_len(const TileList *tl, const int64_t *kv_offsets, int64_t b) 
 // sides.
 static int64_t tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk) {
   int64_t i1 = i0 + tile_rows(tl) < lq ? i0 + tile_rows(tl) : lq;
-  if (tl->key_side && tl->causal) return gpu_tiles_work(tl, lq - i1, lq - i0, lk) + (i1 - i0);
+  if (tl->key_side && tl->causal) {
+    GEMC_ASSERT(lq == lk);  // sema: a causal mask is a self-attention's
+    return gpu_tiles_work(tl, lq - i1, lq - i0, lk) + (i1 - i0);
+  }
   return gpu_tiles_work(tl, i0, i1, lk) + (i1 - i0);
 }
 

@@ -212,14 +212,15 @@ static void test_gpu_tiles_persistent_deal_narrows_the_spread(void **state) {
   }
 }
 
-// The queries that see key rows [k0, k1) of a causal self-attention over L rows, with a window
-// w (0: none): key k is seen by the queries [k, min(L, k + w)). Row by row, as the kernels'
-// masks have it.
-static int64_t key_rows_reference(int64_t k0, int64_t k1, int64_t L, int64_t w) {
+// The queries that see key rows [k0, k1) of a self-attention over L rows, row by row as the
+// kernels' masks have it: causal, key k is seen by the queries [k, min(L, k + w)) (w = 0: no
+// window); a window alone, by |i - k| < w.
+static int64_t key_rows_reference(int64_t k0, int64_t k1, int64_t L, int64_t w, bool causal) {
   int64_t work = 0;
   for (int64_t k = k0; k < k1; k++) {
+    int64_t lo = causal ? k : (w > 0 && k - w + 1 > 0 ? k - w + 1 : 0);
     int64_t hi = w > 0 && k + w < L ? k + w : L;
-    if (hi > k) work += hi - k;
+    if (hi > lo) work += hi - lo;
   }
   return work;
 }
@@ -227,13 +228,13 @@ static int64_t key_rows_reference(int64_t k0, int64_t k1, int64_t L, int64_t w) 
 // The largest and smallest CTA load of a persistent deal of a key-side list, each tile weighed
 // by key_rows_reference plus its rows.
 static void key_side_loads(const int64_t *off, const int32_t *tiles, int64_t n, int64_t rows,
-                           int64_t w, int64_t *hi, int64_t *lo) {
+                           int64_t w, bool causal, int64_t *hi, int64_t *lo) {
   int64_t load[G] = {0};
   for (int64_t i = 0; i < n; i++) {
     int32_t b = tiles[3 * i], k0 = tiles[3 * i + 1];
     if (b < 0) continue;
     int64_t L = off[b + 1] - off[b], k1 = k0 + rows < L ? k0 + rows : L;
-    load[i % G] += key_rows_reference(k0, k1, L, w) + (k1 - k0);
+    load[i % G] += key_rows_reference(k0, k1, L, w, causal) + (k1 - k0);
   }
   *hi = 0, *lo = INT64_MAX;
   for (int c = 0; c < G; c++) {
@@ -258,14 +259,14 @@ static void test_gpu_tiles_key_side_counts_the_causal_mask(void **state) {
     int32_t *tiles = NULL;
     int64_t n = gpu_tiles_build(&keyed, B, off, off, G, &tiles);
     int64_t hi, lo, est_hi, est_lo;
-    key_side_loads(off, tiles, n, 128, w, &hi, &lo);
+    key_side_loads(off, tiles, n, 128, w, true, &hi, &lo);
     assert_true(gpu_tiles_spread(&keyed, off, off, tiles, n, G, &est_hi, &est_lo));
     assert_int_equal(est_hi, hi);  // the estimate is the masked count, tile by tile
     assert_int_equal(est_lo, lo);
     double keyed_spread = (double)hi / (double)lo;
     free(tiles);
     n = gpu_tiles_build(&maskless, B, off, off, G, &tiles);
-    key_side_loads(off, tiles, n, 128, w, &hi, &lo);
+    key_side_loads(off, tiles, n, 128, w, true, &hi, &lo);
     double maskless_spread = (double)hi / (double)lo;
     free(tiles);
     print_message("causal keys, window %lld: max/min CTA work %.4f (mask counted), %.4f (mask "
@@ -274,6 +275,29 @@ static void test_gpu_tiles_key_side_counts_the_causal_mask(void **state) {
     assert_true(keyed_spread <= 1.01);
     free(off);
   }
+}
+
+// A window without the causal mask, |i - k| < w, weighs a key tile as it weighs a query tile:
+// the plain closed form is the row-by-row count from the keys' side too, partial tiles
+// included.
+static void test_gpu_tiles_key_side_window_is_symmetric(void **state) {
+  (void)state;
+  const int64_t B = 64;
+  int64_t *off = lognormal_offsets(B, 1024, 5);
+  const int64_t windows[] = {1, 7, 100, 300};
+  for (int wi = 0; wi < 4; wi++) {
+    TileList keyed = {.q_jag = 0, .kv_jag = 0, .tile_q = 64, .heads = 2,
+                      .window = windows[wi], .persistent = true, .key_side = true};
+    int32_t *tiles = NULL;
+    int64_t n = gpu_tiles_build(&keyed, B, off, off, G, &tiles);
+    int64_t hi, lo, est_hi, est_lo;
+    key_side_loads(off, tiles, n, 64, windows[wi], false, &hi, &lo);
+    assert_true(gpu_tiles_spread(&keyed, off, off, tiles, n, G, &est_hi, &est_lo));
+    assert_int_equal(est_hi, hi);
+    assert_int_equal(est_lo, lo);
+    free(tiles);
+  }
+  free(off);
 }
 
 int main(void) {
@@ -286,6 +310,7 @@ int main(void) {
       cmocka_unit_test(test_gpu_tiles_persistent_caps_the_holes),
       cmocka_unit_test(test_gpu_tiles_persistent_deal_narrows_the_spread),
       cmocka_unit_test(test_gpu_tiles_key_side_counts_the_causal_mask),
+      cmocka_unit_test(test_gpu_tiles_key_side_window_is_symmetric),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
