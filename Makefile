@@ -63,7 +63,7 @@ GEN_HEADERS := $(BUILD)/grammar/parser.tab.h $(BUILD)/grammar/scanner.h
 UNIT_SRCS := $(wildcard tests/unit/test_*.c)
 UNIT_BINS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(UNIT_SRCS))
 
-.PHONY: all help print-includes test test-layers test-unit test-golden test-models test-codegen test-dist test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
+.PHONY: all help print-includes test test-layers test-unit test-golden test-models test-codegen test-dist test-gpu-tools test-gpu test-gpu-codegen deps demo fuzz bench-frontend clean
 .DELETE_ON_ERROR:
 
 all: $(BUILD)/gemc
@@ -77,7 +77,8 @@ help:
 	@echo 'make demo             the main job: build gemc, check every model, train models/gem_tiny.gem'
 	@echo '                      (on the GPU when one is usable, else the CPU executor; DEMO_STEPS=2000)'
 	@echo 'make test             install missing Debian packages (as root), build, run every CPU test:'
-	@echo '                      test-layers, test-unit, test-golden, test-models and test-codegen'
+	@echo '                      test-layers, test-unit, test-golden, test-models, test-codegen,'
+	@echo '                      test-dist and test-gpu-tools'
 	@echo 'make test-layers      each layer sees only its own and its USES_ layers headers'
 	@echo 'make test-unit        the cmocka unit tests (tests/unit/)'
 	@echo 'make test-golden      the golden .ir, .grad, .err and .cu files (tests/golden/)'
@@ -85,6 +86,7 @@ help:
 	@echo 'make test-codegen     NVRTC compiles every model for sm_90a and sm_100a; generated kernels'
 	@echo '                      run on the CPU (plan_emu, table_grad_emu) match the CPU executor'
 	@echo '                      and models at each size/count limit and one past it (tests/limits)'
+	@echo 'make test-gpu-tools   the GPU machine'"'"'s helper scripts, without a GPU (tests/gpu/tools_without_gpu.sh)'
 	@echo 'make test-gpu         on a GPU machine: every generated kernel against the CPU executor,'
 	@echo '                      GDPA cases, end-to-end curves, checkpoints, divergence, memcheck'
 	@echo 'make test-gpu-codegen on a GPU machine: codegen_small.gem kernels through the plan launches'
@@ -215,10 +217,15 @@ test-layers: | $(GEN_HEADERS)
 	  $(call LAYER_HEADERS,$(l) $(USES_$(l))) -- \
 	  $(filter-out $(call LAYER_HEADERS,$(l) $(USES_$(l))),$(call LAYER_HEADERS,$(LAYERS)));)
 
+# The GPU machine's helper scripts (tests/gpu/*.sh), checked without a GPU: they parse, and the
+# batch draw and the A/B of two builds work over stand-ins (tests/gpu/tools_without_gpu.sh).
+test-gpu-tools:
+	@tests/gpu/tools_without_gpu.sh
+
 test: deps
 	@$(MAKE) --no-print-directory -j$(JOBS) all
 	@$(MAKE) --no-print-directory test-layers test-unit test-golden test-models test-codegen \
-	  test-dist
+	  test-dist test-gpu-tools
 
 # --- GPU tests --------------------------------------------------------------------------
 # On a machine with a GPU (the CUDA driver; NVRTC and cuBLASLt from the CUDA 13 toolkit):

@@ -1,0 +1,62 @@
+#!/bin/sh
+# tools_without_gpu.sh: the GPU machine's helper scripts (tests/gpu/*.sh) checked on a machine
+# without a GPU, so that a broken script fails CI instead of a device call: every script parses
+# (bash -n); gdpa_draw.sh draws each public cell by its definition; gdpa_ab.sh, run over a
+# stand-in gemc that prints bench rows, tabulates every run of both builds per cell, exits 1 when
+# a build fails and 2 on a bad option. Exit status: the number of failed checks.
+cd "$(dirname "$0")/../.." || exit 2
+failed=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; failed=$((failed + 1)); }
+dir=$(mktemp -d) || exit 2
+trap 'rm -rf "$dir"' EXIT INT TERM
+
+for s in tests/gpu/*.sh; do
+  if bash -n "$s" 2>"$dir/syntax"; then ok "$s parses"; else bad "$s: $(cat "$dir/syntax")"; fi
+done
+
+# gdpa_draw.sh: 1152 lines after the comment, each by its cell's definition.
+check_draw() {  # CELL AWK-CONDITION-ON-$1-$2 WHAT
+  if ! sh tests/gpu/gdpa_draw.sh "$1" "$dir/draw.txt"; then bad "gdpa_draw.sh $1 failed"; return; fi
+  n=$(grep -vc '^#' "$dir/draw.txt")
+  off=$(awk '!/^#/ && !('"$2"')' "$dir/draw.txt" | wc -l)
+  if [ "$n" = 1152 ] && [ "$off" = 0 ]; then ok "gdpa_draw.sh $1: $3"; else
+    bad "gdpa_draw.sh $1: $n lines, $off not $3"; fi
+}
+check_draw self-s1.0-N2048 '$1 == 2048 && $2 == 2048' "lq = lk = N"
+check_draw self-s0.5-N1024 '$1 >= 1 && $1 <= 1024 && $2 == 1024' "lq in [1, N], lk = N"
+check_draw selfeq-s0.5-N512 '$1 >= 1 && $1 <= 512 && $1 == $2' "lq = lk in [1, N]"
+check_draw cross-kv256-N1024 '$1 == 1024 && $2 == 256' "lq = N, lk = 256"
+if sh tests/gpu/gdpa_draw.sh self-sX-N 2>/dev/null "$dir/x.txt"; then bad "gdpa_draw.sh took a cell without N"
+else ok "gdpa_draw.sh refuses a cell without N"; fi
+
+# gdpa_ab.sh over stand-ins: one prints a row per lengths file, one fails.
+cat >"$dir/gemc_ok" <<'STUB'
+#!/bin/sh
+while [ $# -gt 0 ]; do
+  [ "$1" = --lengths ] && echo "| $2 | 1152 | 100 | 1024 | 1024 | self | 400 / 200 | 1 / 2 | 1.0 -> 1.0 (lpt) |"
+  shift
+done
+STUB
+printf '#!/bin/sh\necho "gemc: error: no GPU" >&2\nexit 1\n' >"$dir/gemc_fail"
+chmod +x "$dir/gemc_ok" "$dir/gemc_fail"
+if sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_ok" --rounds 3 --out "$dir/ab" >"$dir/ab.log" 2>&1; then
+  rows=$(grep -c '^[a-z].*  \(old\|new\)  ' "$dir/ab.log")
+  runs=$(awk '$2 == "old" || $2 == "new" { print NF - 2 }' "$dir/ab.log" | sort -u)
+  # every run's entry is the stand-in's fwd / bwd TFLOP/s
+  odd=$(awk '$2 == "old" || $2 == "new" { for (i = 3; i <= NF; i++) if ($i != "400/200") n++ }
+             END { print n + 0 }' "$dir/ab.log")
+  if [ "$rows" = 8 ] && [ "$runs" = 3 ] && [ "$odd" = 0 ]; then
+    ok "gdpa_ab.sh: 4 cells x 2 builds, 3 runs each, every entry the build's fwd / bwd"
+  else bad "gdpa_ab.sh: $rows rows, runs per row '$runs', $odd entries not 400/200"; cat "$dir/ab.log"; fi
+else
+  bad "gdpa_ab.sh failed over working stand-ins"; cat "$dir/ab.log"
+fi
+sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_fail" --rounds 1 --out "$dir/ab2" >"$dir/ab2.log" 2>&1
+if [ $? = 1 ] && grep -q 'new .* failed' "$dir/ab2.log"; then ok "gdpa_ab.sh: a failing build exits 1, named"
+else bad "gdpa_ab.sh: a failing build"; cat "$dir/ab2.log"; fi
+sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_ok" --rounds x >/dev/null 2>&1
+if [ $? = 2 ]; then ok "gdpa_ab.sh: a bad option exits 2"; else bad "gdpa_ab.sh: --rounds x"; fi
+
+[ $failed = 0 ] && echo "gpu tools: all passed" || echo "gpu tools: $failed failed"
+exit $failed
