@@ -66,7 +66,8 @@ void plan_print(FILE *out, const Plan *p) {
     const TileList *t = &p->tiles[i];
     fprintf(out, "tile %d node %d %d %d %" PRId64 " %" PRId64 " %d %d %d %d %" PRId64 " %d\n", i, t->node,
             t->q_jag, t->kv_jag, t->q_fixed, t->kv_fixed, t->tile_q, t->tile_kv, t->heads, t->causal,
-            t->window, (int)t->zigzag | (int)t->persistent << 1 | (int)t->key_side << 2);  // one word: old plans still read
+            t->window,  // the order flags in one word: old plans still read
+            (int)t->zigzag | (int)t->persistent << 1 | (int)t->key_side << 2);
   }
   fprintf(out, "launches %d\n", p->nlaunches);
   for (int i = 0; i < p->nlaunches; i++) {

@@ -19,12 +19,19 @@ static int64_t row_work(const TileList *tl, int64_t i, int64_t lk) {
   return hi > lo ? hi - lo : 0;
 }
 
+// A key-side causal list is the query side reflected: key k of L is seen by the queries i >= k
+// (and i < k + w with a window), as many as query row L - 1 - k sees keys. A window alone,
+// |i - k| < w, is the same from both sides.
 // In closed form, not row by row (a batch has about a hundred thousand rows per list): a row's
 // visible keys min(lk, i + c) - max(0, i - w + 1), clipped at 0, are linear in i between the
 // points where one of the bounds starts to bind (i = lk - c, i = w - 1) or the count reaches 0
 // (i = lk + w - 1), so each piece sums as an arithmetic series from its two ends.
 int64_t gpu_tiles_work(const TileList *tl, int64_t i0, int64_t i1, int64_t lk) {
   if (i1 <= i0) return 0;
+  if (tl->key_side && tl->causal) {  // key k sees what query row lk - 1 - k does
+    int64_t r0 = lk - i1;
+    i1 = lk - i0, i0 = r0;
+  }
   if (!tl->causal && tl->window <= 0) return (i1 - i0) * (lk > 0 ? lk : 0);
   int64_t cuts[5] = {i0, i1, i1, i1, i1};
   int ncuts = 1;
@@ -65,17 +72,10 @@ static int64_t kv_len(const TileList *tl, const int64_t *kv_offsets, int64_t b) 
   return kv_offsets ? kv_offsets[b + 1] - kv_offsets[b] : tl->kv_fixed;
 }
 
-// What one tile weighs: its visible pairs, plus its rows (writing them). Over a key-side list
-// (lq keys, lk queries) a causal mask lets key k see the queries i >= k, and, with a window w,
-// i < k + w: the query-side count reflected (row L - 1 - k of a list of L rows; a causal mask
-// means self-attention, so L = lq = lk). A window alone, |i - k| < w, is the same from both
-// sides.
+// What one tile weighs: its visible pairs, plus its rows (writing them).
 static int64_t tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk) {
   int64_t i1 = i0 + tile_rows(tl) < lq ? i0 + tile_rows(tl) : lq;
-  if (tl->key_side && tl->causal) {
-    GEMC_ASSERT(lq == lk);  // sema: a causal mask is a self-attention's
-    return gpu_tiles_work(tl, lq - i1, lq - i0, lk) + (i1 - i0);
-  }
+  if (tl->key_side && tl->causal) GEMC_ASSERT(lq == lk);  // sema: causal is self-attention
   return gpu_tiles_work(tl, i0, i1, lk) + (i1 - i0);
 }
 

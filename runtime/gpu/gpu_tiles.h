@@ -37,7 +37,10 @@ int64_t gpu_tiles_build(const TileList *tl, int64_t B, const int64_t *q_offsets,
 int64_t gpu_tiles_build_plain(const TileList *tl, int64_t B, const int64_t *q_offsets,
                               const int64_t *kv_offsets, int32_t **out);
 
-// The work of query rows [i0, i1) against lk keys under the list's mask: visible pairs.
+// The work of rows [i0, i1) of the list against the lk rows of the other side under the list's
+// mask: visible pairs. Rows are queries, or keys on a key-side list (a dK/dV list), whose causal
+// mask is counted from the keys' side (key k is seen by queries k..; rows and keys are then one
+// sequence, so lk is also the list's row count).
 int64_t gpu_tiles_work(const TileList *tl, int64_t i0, int64_t i1, int64_t lk);
 
 // The largest and the smallest work one CTA does when CTA c of a persistent grid takes entries

@@ -734,6 +734,31 @@ static void test_gpu_tiles_work_closed_form_matches_rows(void **state) {
   }
 }
 
+// On a key-side list of a causal self-attention over L rows, gpu_tiles_work counts the queries
+// that see keys [k0, k1): key k is seen by [k, min(L, k + w)).
+static void test_gpu_tiles_work_key_side_counts_queries(void **state) {
+  (void)state;
+  static const int64_t windows[] = {0, 1, 5, 64, 300};
+  uint64_t x = 0x2545f4914f6cdd1dull;
+  for (int trial = 0; trial < 20000; trial++) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    TileList tl = {.tile_q = 64, .causal = true, .window = windows[(x >> 40) % 5],
+                   .key_side = true};
+    int64_t L = 1 + (int64_t)((x >> 8) % 400), k0 = (int64_t)((x >> 20) % (uint64_t)L);
+    int64_t k1 = k0 + (int64_t)((x >> 30) % 140);
+    if (k1 > L) k1 = L;
+    int64_t want = 0;
+    for (int64_t k = k0; k < k1; k++) {
+      int64_t hi = tl.window > 0 && k + tl.window < L ? k + tl.window : L;
+      want += hi - k;
+    }
+    int64_t got = gpu_tiles_work(&tl, k0, k1, L);
+    if (got != want)
+      fail_msg("window %lld keys [%lld, %lld) of %lld: %lld, want %lld", (long long)tl.window,
+               (long long)k0, (long long)k1, (long long)L, (long long)got, (long long)want);
+  }
+}
+
 // A list for a grid of one CTA per tile, without zigzag: the tiles by work, largest first, equal
 // works in (example, row tile, head) order (the radix sort is stable).
 static void test_gpu_tiles_sorted_by_work_then_order(void **state) {
@@ -766,6 +791,7 @@ static void test_gpu_tiles_sorted_by_work_then_order(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gpu_tiles_work_closed_form_matches_rows),
+      cmocka_unit_test(test_gpu_tiles_work_key_side_counts_queries),
       cmocka_unit_test(test_gpu_tiles_sorted_by_work_then_order),
       cmocka_unit_test(test_attention_codegen_self_softmax_launches_sm90a),
       cmocka_unit_test(test_attention_codegen_self_softmax_launches_sm100a),
