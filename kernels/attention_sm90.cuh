@@ -51,6 +51,9 @@ __device__ __forceinline__ void sm90_bar_arrive(unsigned bar) { emu_mbar_arrive(
 __device__ __forceinline__ void sm90_bar_wait(unsigned bar, unsigned parity) {
   while (!emu_mbar_try_wait(bar, parity)) emu_yield();
 }
+__device__ __forceinline__ bool sm90_bar_test(unsigned bar, unsigned parity) {
+  return emu_mbar_try_wait(bar, parity);
+}
 __device__ __forceinline__ void sm90_tma_load(unsigned dst, const TmaMap &map, int col, int row,
                                               unsigned bar) {
   emu_tma_load(dst, &map, col, row, bar);
@@ -81,6 +84,17 @@ __device__ __forceinline__ void sm90_bar_wait(unsigned bar, unsigned parity) {
                  : "=r"(done)
                  : "r"(bar), "r"(parity)
                  : "memory");
+}
+
+// Whether the phase of parity `parity` has completed, without waiting.
+__device__ __forceinline__ bool sm90_bar_test(unsigned bar, unsigned parity) {
+  unsigned done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+               "selp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return done != 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -476,6 +490,27 @@ __device__ __forceinline__ bool sm90_item(const AttnRows &r, const int *__restri
   return true;
 }
 
+// The first valid item of this CTA's list at or after `index` (stepping by the grid), into *it;
+// `count` when none is left.
+template <int BN>
+__device__ __forceinline__ int sm90_next_item(const AttnRows &r, const int *__restrict__ tiles,
+                                              int index, int count, Sm90Item *it) {
+  for (; index < count; index += gridDim.x)
+    if (sm90_item<BN>(r, tiles, index, it)) return index;
+  return count;
+}
+
+// One work item's Q tile (DH/64 boxes of 128 rows x 64 columns) into `dst`, completing on `full`.
+template <int DH>
+__device__ __forceinline__ void sm90_forward_load_q(unsigned dst, const TmaMap &q_map,
+                                                    const Sm90Item &it, unsigned full) {
+  sm90_bar_expect(full, SM90_TILE_Q * DH * 2);
+#pragma unroll
+  for (int half = 0; half < DH / 64; half++)
+    sm90_tma_load(dst + half * SM90_TILE_Q * 128, q_map, it.h * DH + 64 * half,
+                  (int)(it.e.q_start + it.i0), full);
+}
+
 // Q tiles in flight: two, or four over key tiles of at most 32 keys, where an item is little
 // more than its Q load and O store and the producer must run further ahead to keep HBM busy.
 #define SM90_Q_BUFFERS(BN) ((BN) <= 32 ? 4 : 2)
@@ -539,18 +574,22 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
     sm90_tma_prefetch_map(q_map);
     sm90_tma_prefetch_map(k_map);
     sm90_tma_prefetch_map(v_map);
-    int n = 0, c = 0;  // items and key tiles loaded so far
-    for (int index = blockIdx.x; index < count; index += gridDim.x) {
-      Sm90Item it;
-      if (!sm90_item<BN>(r, tiles, index, &it)) continue;
-      const int qb = n % QBUF;
-      sm90_bar_wait(q_empty + 8 * qb, ((n / QBUF) & 1) ^ 1);
-      sm90_bar_expect(q_full + 8 * qb, Q_BYTES);
-#pragma unroll
-      for (int half = 0; half < HALVES; half++)
-        sm90_tma_load(q_tiles + qb * Q_BYTES + half * Q_HALF, q_map, it.h * DH + 64 * half,
-                      (int)(it.e.q_start + it.i0), q_full + 8 * qb);
-      n++;
+    int n = 0, c = 0;  // Q tiles and key tiles loaded so far
+    // The next item's Q is loaded as soon as its buffer is free (the consumers are done with
+    // the item that used it before), between this item's K/V tiles, without waiting for the
+    // buffer: the consumers then find it landed when they finish this item.
+    Sm90Item it;
+    int index = sm90_next_item<BN>(r, tiles, blockIdx.x, count, &it);
+    bool q_ahead = false;  // the Q of `it` is loaded already
+    while (index < count) {
+      if (!q_ahead) {
+        sm90_bar_wait(q_empty + 8 * (n % QBUF), ((n / QBUF) & 1) ^ 1);
+        sm90_forward_load_q<DH>(q_tiles + (n % QBUF) * Q_BYTES, q_map, it, q_full + 8 * (n % QBUF));
+        n++;
+      }
+      Sm90Item nit;
+      const int next_index = sm90_next_item<BN>(r, tiles, index + gridDim.x, count, &nit);
+      q_ahead = false;
       for (int j = 0; j < it.nkv; j++, c++) {
         const int s = c % STAGES;
         const unsigned free_parity = ((c / STAGES) & 1) ^ 1;
@@ -567,7 +606,16 @@ __device__ __forceinline__ void attn_forward_sm90(OT *__restrict__ out, const Tm
         for (int half = 0; half < HALVES; half++)
           sm90_tma_load(v_tiles + s * KV_BYTES + half * KV_HALF, v_map, it.h * DH + 64 * half,
                         row, v_full + 8 * s);
+        if (!q_ahead && next_index < count &&
+            sm90_bar_test(q_empty + 8 * (n % QBUF), ((n / QBUF) & 1) ^ 1)) {
+          sm90_forward_load_q<DH>(q_tiles + (n % QBUF) * Q_BYTES, q_map, nit,
+                                  q_full + 8 * (n % QBUF));
+          n++;
+          q_ahead = true;
+        }
       }
+      it = nit;
+      index = next_index;
     }
     return;
   }

@@ -8,6 +8,7 @@
 
 #include "internal_error.h"
 
+
 // The keys query row i sees: [lo, hi) clipped to [0, lk), as the kernels' masks have it.
 static int64_t row_work(const TileList *tl, int64_t i, int64_t lk) {
   int64_t lo = 0, hi = lk;
@@ -72,10 +73,37 @@ static int64_t kv_len(const TileList *tl, const int64_t *kv_offsets, int64_t b) 
   return kv_offsets ? kv_offsets[b + 1] - kv_offsets[b] : tl->kv_fixed;
 }
 
-// What one tile weighs: its visible pairs, plus its rows (writing them).
-static int64_t tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk) {
+// The tiles of the other side that rows [i0, i1) run over in a persistent (sm_90a) kernel: the
+// range their mask lets them see, its low end rounded down to a tile, in tiles of tile_kv (the
+// kernels' sm90_item and sm90_bwd_item; attn_key_range and attn_query_range in
+// kernels/attention.cuh). Rows are queries over lk keys, or keys over lk queries (key_side).
+static int64_t streamed_tiles(const TileList *tl, int64_t i0, int64_t i1, int64_t lk) {
+  const int64_t w = tl->window, step = tl->tile_kv > 0 ? tl->tile_kv : 64;
+  int64_t lo = 0, hi = lk;
+  if (!tl->key_side) {  // query i sees keys j <= i (causal) and i - w < j (< i + w without causal)
+    if (tl->causal && i1 < hi) hi = i1;
+    if (w > 0) {
+      lo = i0 - w + 1 > 0 ? i0 - w + 1 : 0;
+      if (!tl->causal && i1 + w - 1 < hi) hi = i1 + w - 1;
+    }
+  } else {  // key j is seen by queries i >= j (causal) and i < j + w (> j - w without causal)
+    if (tl->causal) lo = i0;
+    if (w > 0) {
+      if (i1 - 1 + w < hi) hi = i1 - 1 + w;
+      if (!tl->causal && i0 - w + 1 > lo) lo = i0 - w + 1;
+    }
+  }
+  lo -= lo % step;
+  return hi > lo ? (hi - lo + step - 1) / step : 0;
+}
+
+int64_t gpu_tiles_tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk) {
   int64_t i1 = i0 + tile_rows(tl) < lq ? i0 + tile_rows(tl) : lq;
   if (tl->key_side && tl->causal) GEMC_ASSERT(lq == lk);  // sema: causal is self-attention
+  if (tl->persistent) {
+    const int64_t block = tile_rows(tl) * (tl->tile_kv > 0 ? tl->tile_kv : 64);
+    return streamed_tiles(tl, i0, i1, lk) * block + block / 2;
+  }
   return gpu_tiles_work(tl, i0, i1, lk) + (i1 - i0);
 }
 
@@ -93,7 +121,7 @@ static int64_t collect(const TileList *tl, int64_t B, const int64_t *q_offsets,
   for (int64_t b = 0; b < B; b++) {
     int64_t lq = q_len(tl, q_offsets, b), lk = kv_len(tl, kv_offsets, b);
     for (int64_t i0 = 0; i0 < lq; i0 += tile) {
-      int64_t work = tile_work(tl, i0, lq, lk);
+      int64_t work = gpu_tiles_tile_work(tl, i0, lq, lk);
       for (int64_t h = 0; h < heads; h++) {
         (*w)[n] = (TileWork){work, n, (int32_t)b, (int32_t)i0, (int32_t)h};
         n++;
@@ -265,7 +293,7 @@ bool gpu_tiles_spread(const TileList *tl, const int64_t *q_offsets, const int64_
   for (int64_t i = 0; i < n; i++) {
     int64_t b = tiles[GPU_TILE_INTS * i];
     if (b < 0) continue;  // a hole
-    load[i % G] += tile_work(tl, tiles[GPU_TILE_INTS * i + 1], q_len(tl, q_offsets, b),
+    load[i % G] += gpu_tiles_tile_work(tl, tiles[GPU_TILE_INTS * i + 1], q_len(tl, q_offsets, b),
                              kv_len(tl, kv_offsets, b));
   }
   *max_load = *min_load = load[0];

@@ -11,8 +11,8 @@
 //     tiles than the longest has holes (example -1) there, which the kernel skips.
 // A tile is three int32: example, first row, head. gpu_tiles_spread measures a deal: the
 // largest and smallest work one CTA of a persistent grid gets from it.
-// defines: gpu_tiles_build, gpu_tiles_build_plain, gpu_tiles_work, gpu_tiles_spread,
-//          GPU_TILE_INTS
+// defines: gpu_tiles_build, gpu_tiles_build_plain, gpu_tiles_work, gpu_tiles_tile_work,
+//          gpu_tiles_spread, GPU_TILE_INTS
 #ifndef GEMC_GPU_TILES_H
 #define GEMC_GPU_TILES_H
 
@@ -43,10 +43,20 @@ int64_t gpu_tiles_build_plain(const TileList *tl, int64_t B, const int64_t *q_of
 // sequence, so lk is also the list's row count).
 int64_t gpu_tiles_work(const TileList *tl, int64_t i0, int64_t i1, int64_t lk);
 
+// What gpu_tiles_build weighs the tile of rows [i0, min(i0 + tile_q, lq)) at, against lk rows
+// of the other side:
+//   - on a persistent list (the sm_90a kernels), what the kernel spends: it runs every streamed
+//     tile of tile_kv rows in the range the tile's mask lets it see (the low end rounded down to
+//     a tile), each a whole tile_q x tile_kv block of products, masked, partial or not, plus half
+//     a block for the item's resident load and its store. So at Meta's s=0.5 a 10-row item
+//     weighs what a full one does, where the pairs would weigh it 10/128 of one;
+//   - on any other list (one block per tile, in the hardware's order), gpu_tiles_work + the
+//     tile's rows (writing them).
+int64_t gpu_tiles_tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk);
+
 // The largest and the smallest work one CTA does when CTA c of a persistent grid takes entries
 // c, c + G, c + 2G, ... of `tiles` (n entries, as gpu_tiles_build or gpu_tiles_build_plain
-// wrote them for tl and the same offsets). A tile weighs what gpu_tiles_build estimates for
-// it, gpu_tiles_work + its rows; a hole weighs 0. G is min(ctas, n), the grid GRID_PERSISTENT
+// wrote them for tl and the same offsets). A tile weighs gpu_tiles_tile_work; a hole weighs 0. G is min(ctas, n), the grid GRID_PERSISTENT
 // launches; with no entries both loads are 0. False when out of memory.
 bool gpu_tiles_spread(const TileList *tl, const int64_t *q_offsets, const int64_t *kv_offsets,
                       const int32_t *tiles, int64_t n, int ctas, int64_t *max_load,
