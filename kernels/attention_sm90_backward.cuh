@@ -158,9 +158,14 @@ __device__ __forceinline__ bool sm90_bwd_item(const AttnRows &r, const int *__re
 // dq (in `g1`). `count` entries in `tiles`, dealt for gridDim.x CTAs. LN_STATS: the
 // statistics come from the SIMT preparation pass (attention_simt.cuh), whose lse is in natural
 // log units; they are read as log2 units.
+// g1_map, g2_map: tensor maps of g1 and g2 (64-row boxes) where GT is the 16-bit type of the
+// inputs, else nullptr; with them, an item whose 128 resident rows all lie in its example writes
+// its gradients into its consumed resident tiles and stores them by TMA, one
+// `cp.async.bulk.tensor` per warpgroup, tensor and half, instead of 64 stores a thread.
 template <int DH, int ACT, int STAGES, bool F16, bool KV, bool LN_STATS, bool DQ = false,
           typename GT>
 __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__restrict__ g2,
+                                                   const TmaMap *g1_map, const TmaMap *g2_map,
                                                    const TmaMap &res1_map, const TmaMap &res2_map,
                                                    const TmaMap &str1_map, const TmaMap &str2_map,
                                                    const AttnRows &r,
@@ -400,11 +405,47 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       if (KV) sm90_pin<O_REGS>(acc2);
       sm90_bar_arrive(str_empty + 8 * s);
     }
-    sm90_bar_arrive(res_empty + 8 * rb);
-
     // Store this thread's resident rows that exist: dK and dQ carry the scale.
     const int len = KV ? it.e.kv_len : it.e.q_len;
     const i64 start = KV ? it.e.kv_start : it.e.o_start;
+    if (sizeof(GT) == 2 && (g1_map || g2_map) && (!g1 || g1_map) && (!KV || !g2 || g2_map) &&
+        it.nres == SM90_BWD_RESIDENT) {
+      // Into this warpgroup's 64 rows of the resident tiles (dK or dQ over K or Q, dV over V),
+      // in the 128-byte swizzle the maps use: 16-byte chunk c of row rl at chunk c ^ (rl % 8).
+      // With DQ both warpgroups' dQ products read all 128 keys of K, so neither overwrites its
+      // rows before both are done.
+      if (DQ) sm90_named_barrier<256>(1);
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        const int rl = warp * 16 + g + 8 * half;
+        const float scale1 = F16 ? r.scale * sm90_ds_unscale(ds_exp[half]) : r.scale;
+#pragma unroll
+        for (int nb = 0; nb < DH / 8; nb++) {
+          const unsigned at = (nb / 8) * RES_HALF + rl * 128 + (((nb % 8) ^ (rl % 8)) * 16) + 4 * t;
+          if (g1_map)
+            sm90_st_shared(res1 + at, sm90_pack<F16>(acc1[4 * nb + 2 * half] * scale1,
+                                                     acc1[4 * nb + 2 * half + 1] * scale1));
+          if (KV && g2_map)
+            sm90_st_shared(res2 + at, sm90_pack<F16>(acc2[4 * nb + 2 * half],
+                                                     acc2[4 * nb + 2 * half + 1]));
+        }
+      }
+      sm90_fence_proxy_async();
+      sm90_named_barrier<128>(2 + cw);  // this warpgroup's rows
+      if ((threadIdx.x & 127) == 0) {
+        const int row = (int)(start + it.r0 + cw * 64);
+#pragma unroll
+        for (int half = 0; half < HALVES; half++) {
+          if (g1_map) sm90_tma_store(*g1_map, it.h * DH + 64 * half, row, res1 + half * RES_HALF);
+          if (KV && g2_map)
+            sm90_tma_store(*g2_map, it.h * DH + 64 * half, row, res2 + half * RES_HALF);
+        }
+        sm90_tma_store_wait_read();  // the resident tiles are the producer's again after this
+      }
+      sm90_bar_arrive(res_empty + 8 * rb);
+      continue;
+    }
+    sm90_bar_arrive(res_empty + 8 * rb);
 #pragma unroll
     for (int half = 0; half < 2; half++) {
       const int i = row0 + 8 * half;

@@ -127,6 +127,13 @@ static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int 
   int maps[4] = {kv ? a->k : a->q, kv ? a->v : a->dout, kv ? a->q : a->k, kv ? a->dout : a->v};
   const char *names[4] = {"res1_map", "res2_map", "str1_map", "str2_map"};
   for (int i = 0; i < 4; i++) kb_tensor_map(&kb, names[i], maps[i], i < 2 ? 128 : 64);
+  // The gradients through TMA stores where they have k's 16-bit type (64-row boxes: one per
+  // warpgroup), out of the consumed resident tiles.
+  DType kt = ir->tensors[a->k].dtype;
+  bool g1_tma = g1 >= 0 && ir->tensors[g1].dtype == kt;
+  bool g2_tma = kv && g2 >= 0 && ir->tensors[g2].dtype == kt;
+  if (g1_tma) kb_tensor_map(&kb, "g1_map", g1, 64);
+  if (g2_tma) kb_tensor_map(&kb, "g2_map", g2, 64);
   attn_offsets(&kb, a);
   kb_tiles(&kb, "tiles");
   kb_tile_count(&kb, "tile_count");
@@ -136,12 +143,13 @@ static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int 
   char null_grad[40];
   snprintf(null_grad, sizeof null_grad, "(%s *)0", grad_type);
   sb_printf(&body,
-            "  attn_backward_sm90<%lld, %s, %d, %s, %s, %s%s>(%s, %s,\n"
+            "  attn_backward_sm90<%lld, %s, %d, %s, %s, %s%s>(%s, %s, %s, %s,\n"
             "      res1_map, res2_map, str1_map, str2_map, rows, tiles, (int)tile_count, %s%s);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), stages,
             ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false", kv ? "true" : "false",
             a->simt ? "true" : "false", dq_acc ? ", true" : "",
             g1 >= 0 ? (kv ? "dk" : "dq") : null_grad, g2 >= 0 ? "dv" : null_grad,
+            g1_tma ? "&g1_map" : "nullptr", g2_tma ? "&g2_map" : "nullptr",
             softmax ? "stats" : "(const float *)0", dq_acc ? ", dq_acc" : "");
   kb_end(&kb, body.data);
   sb_free(&body);

@@ -416,6 +416,28 @@ static int backward_launches(int c, bool atomic, const char *target, char names[
   return n;
 }
 
+// The sm_90a backward kernels store their bf16 gradients by TMA out of the consumed resident
+// tiles: dK/dV (and the fused dQ kernel) pass both gradients' maps, dQ its own; tensor maps of
+// 64-row boxes are declared for them.
+static void test_attention_codegen_sm90_backward_stores_by_tma(void **state) {
+  (void)state;
+  for (int atomic = 0; atomic < 2; atomic++) {
+    Arena arena = {0};
+    StrBuf src = {0};
+    GdpaEmitted *e = calloc(1, sizeof *e);
+    GdpaEmitOptions x = {.atomic_dq = atomic != 0};
+    assert_true(gdpa_case_emit_with(&gdpa_test_cases[6], &x, 1, "a.", &arena, &src, e));
+    assert_non_null(strstr(src.data, "(dk, dv, &g1_map, &g2_map,"));
+    const char *dq_call = strstr(src.data, "(dq, (bf16_t *)0, &g1_map, nullptr,");
+    if (atomic) assert_null(dq_call);  // no dQ kernel: dQ goes through fp32 atomics
+    else assert_non_null(dq_call);
+    assert_non_null(strstr(src.data, "g1_map"));
+    sb_free(&src);
+    arena_free(&arena);
+    free(e);
+  }
+}
+
 static int find_launch(char names[][96], int n, const char *suffix) {
   for (int i = 0; i < n; i++) {
     size_t a = strlen(names[i]), b = strlen(suffix);
@@ -801,6 +823,7 @@ int main(void) {
       cmocka_unit_test(test_attention_codegen_sm90_default_tile_fits_the_set),
       cmocka_unit_test(test_attention_codegen_sm90_stages_fit_shared_memory),
       cmocka_unit_test(test_attention_codegen_atomic_dq_fuses_backward),
+      cmocka_unit_test(test_attention_codegen_sm90_backward_stores_by_tma),
       cmocka_unit_test(test_attention_codegen_mma_schedule_changes_kernel),
       cmocka_unit_test(test_attention_codegen_refuses_schedule_it_cannot_take),
       cmocka_unit_test(test_attention_codegen_zigzag_reaches_tile_list),
