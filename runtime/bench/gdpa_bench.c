@@ -421,8 +421,9 @@ static void print_footer(const GdpaBenchOptions *o, FILE *out, bool table) {
     fprintf(out, "  PMA 32 seeds, Triton: 32 queries of its own per example, not seeds shared "
                  "by the batch.\n");
   }
-  fprintf(out, "Tile spread: the largest over the smallest per-CTA work (pairs + rows per tile) "
-               "of the forward tile list\n");
+  fprintf(out, "Tile spread: the largest over the smallest per-CTA work of the forward tile list "
+               "(per tile: the key tiles\n  a persistent kernel runs + half a tile, else visible "
+               "pairs + rows)\n");
   fprintf(out, "  when CTA c of G=%d takes entries c, c+G, c+2G, ... (a persistent grid); "
                "before: (example, row, head)\n", gdpa_gpu_num_sms());
   fprintf(out, "  order; after: gpu_tiles_build's deal for this run's kernel (lpt: longest first "

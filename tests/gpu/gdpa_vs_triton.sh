@@ -17,6 +17,7 @@
 # Usage: tests/gpu/gdpa_vs_triton.sh [--gemc PATH] [--out DIR] [--ns 512,1024,2048]
 #            [--cases self-s0.5,self-s1.0,selfeq-s0.5,cross-kv256] [--reps N] [--peer-dir DIR]
 #            [--no-peer] [--peer-warmup MS] [--peer-rep MS] [--peer-timeout SECONDS]
+#            [--triton-cache FILE.tgz]
 #   --gemc PATH       the gemc binary (default build/gemc; $GEMC)
 #   --out DIR         lengths files and logs (default $OUT, else /tmp/gdpa_vs_triton)
 #   --peer-dir DIR    holds peer_gdpa_public.py and gdpa_standalone/ (default build/peers;
@@ -27,10 +28,15 @@
 #                     every case for minutes, so split the cells over calls (--cases, --ns)
 #                     to stay in a 10-minute call; a warm machine keeps Triton's cache, and
 #                     $GEMC_CACHE_DIR (default /tmp/gemc-cache) gemc's cubins.
+#   --triton-cache F  Triton's cache as one .tgz: unpacked before the peer runs (when F exists)
+#                     and packed back into F after it, with TRITON_CACHE_AUTOTUNING=1, so the
+#                     peer's compiled kernels and autotuning winners survive the machine. Give
+#                     F under $OUT to get it back from a call, carry it to the next: the peer
+#                     then skips its minutes of autotuning per case.
 set -u
 
 usage() {
-  sed -n '/^# Usage:/,/^#   --peer-timeout/p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '/^# Usage:/,/^set -u/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -43,6 +49,7 @@ PEER_DIR=${PEER_DIR:-build/peers}
 USE_PEER=1
 PEER_ARGS=()
 PEER_TIMEOUT=420
+TRITON_CACHE=""
 need() { [ $# -ge 2 ] || { echo "gdpa_vs_triton: $1 needs a value" >&2; usage; }; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -56,6 +63,7 @@ while [ $# -gt 0 ]; do
   --peer-warmup) need "$@"; PEER_ARGS+=(--warmup "$2"); shift 2 ;;
   --peer-rep) need "$@"; PEER_ARGS+=(--rep "$2"); shift 2 ;;
   --peer-timeout) need "$@"; PEER_TIMEOUT=$2; shift 2 ;;
+  --triton-cache) need "$@"; TRITON_CACHE=$2; shift 2 ;;
   -h|--help) usage ;;
   *) echo "gdpa_vs_triton: unknown argument '$1'" >&2; usage ;;
   esac
@@ -116,12 +124,36 @@ elif ! python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() el
        >/dev/null 2>&1; then
   PEER_STATUS="not run: torch sees no GPU"
 fi
+CACHE_ENV=()
+if [ -z "$PEER_STATUS" ] && [ -n "$TRITON_CACHE" ]; then
+  # Triton's cache in a directory of its own; a packed one unpacks into it
+  TRITON_DIR=$(mktemp -d /tmp/gdpa-triton-cache.XXXXXX) || exit 2
+  if [ -f "$TRITON_CACHE" ]; then
+    if tar -xzf "$TRITON_CACHE" -C "$TRITON_DIR"; then
+      echo "== Triton's cache: $(find "$TRITON_DIR" -type f | wc -l) files from $TRITON_CACHE"
+    else
+      echo "== Triton's cache: $TRITON_CACHE does not unpack; starting empty" >&2
+      rm -rf "$TRITON_DIR" && mkdir -p "$TRITON_DIR"
+    fi
+  fi
+  CACHE_ENV=(TRITON_CACHE_DIR="$TRITON_DIR" TRITON_CACHE_AUTOTUNING=1)
+fi
 if [ -z "$PEER_STATUS" ]; then
   echo "== the peer: $PEER_SCRIPT (GDPA_PATH=$GDPA_PATH), cases ${CASES} over N ${NS}"
   PREFIXES=$(for c in "${CELLS[@]}"; do printf '%s,' "$c"; done)
-  timeout "$PEER_TIMEOUT" env GDPA_PATH="$GDPA_PATH" python3 "$PEER_SCRIPT" --out "$OUT/lengths" \
+  timeout "$PEER_TIMEOUT" env GDPA_PATH="$GDPA_PATH" ${CACHE_ENV[@]+"${CACHE_ENV[@]}"} \
+    python3 "$PEER_SCRIPT" --out "$OUT/lengths" \
     --cases "${PREFIXES%,}" --ns "$NS" ${PEER_ARGS[@]+"${PEER_ARGS[@]}"} 2>&1 | tee "$OUT/peer.log"
   rc=${PIPESTATUS[0]}
+  if [ ${#CACHE_ENV[@]} -gt 0 ]; then  # pack what the peer left, timed out or not
+    if tar -czf "$TRITON_CACHE.part" -C "$TRITON_DIR" . && mv "$TRITON_CACHE.part" "$TRITON_CACHE"; then
+      echo "== Triton's cache: packed into $TRITON_CACHE ($(du -k "$TRITON_CACHE" | cut -f1) KB)"
+    else
+      echo "== Triton's cache: could not pack it into $TRITON_CACHE" >&2
+      rm -f "$TRITON_CACHE.part"
+    fi
+    rm -rf "$TRITON_DIR"
+  fi
   if [ "$rc" = 124 ]; then PEER_STATUS="timed out after ${PEER_TIMEOUT}s (split the cells: --cases, --ns)"
   elif [ "$rc" != 0 ]; then PEER_STATUS="failed (exit $rc; $OUT/peer.log)"
   fi

@@ -3,7 +3,8 @@
 # without a GPU, so that a broken script fails CI instead of a device call: every script parses
 # (bash -n); gdpa_draw.sh draws each public cell by its definition; gdpa_ab.sh, run over a
 # stand-in gemc that prints bench rows, tabulates every run of both builds per cell, exits 1 when
-# a build fails and 2 on a bad option. Exit status: the number of failed checks.
+# a build fails and 2 on a bad option; gdpa_vs_triton.sh keeps Triton's cache between runs.
+# Exit status: the number of failed checks.
 cd "$(dirname "$0")/../.." || exit 2
 failed=0
 ok() { echo "ok   $*"; }
@@ -57,6 +58,46 @@ if [ $? = 1 ] && grep -q 'new .* failed' "$dir/ab2.log"; then ok "gdpa_ab.sh: a 
 else bad "gdpa_ab.sh: a failing build"; cat "$dir/ab2.log"; fi
 sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_ok" --rounds x >/dev/null 2>&1
 if [ $? = 2 ]; then ok "gdpa_ab.sh: a bad option exits 2"; else bad "gdpa_ab.sh: --rounds x"; fi
+
+# gdpa_vs_triton.sh --triton-cache over a stand-in peer (a python3 first on PATH that draws the
+# batches, prints the peer's CSV rows and leaves one file in Triton's cache directory): the
+# second run finds the first run's file unpacked, and the packed cache then holds both.
+mkdir -p "$dir/bin" "$dir/peers/gdpa_standalone/ads_mkl/ops/oss/gdpa/triton"
+: >"$dir/peers/peer_gdpa_public.py"
+: >"$dir/peers/gdpa_standalone/ads_mkl/ops/oss/gdpa/triton/triton_generalized_dot_product_attention.py"
+cat >"$dir/bin/python3" <<'STUB'
+#!/bin/sh
+[ "$1" = -c ] && exit 0
+out="" cases=""
+while [ $# -gt 0 ]; do
+  case $1 in --out) out=$2; shift ;; --cases) cases=$2; shift ;; esac
+  shift
+done
+[ "$TRITON_CACHE_AUTOTUNING" = 1 ] && [ -d "$TRITON_CACHE_DIR" ] || exit 3
+touch "$TRITON_CACHE_DIR/entry-$(ls "$TRITON_CACHE_DIR" | wc -l)"
+for c in $(echo "$cases" | tr , ' '); do
+  sh tests/gpu/gdpa_draw.sh "$c" "$out/lengths-$c.txt" || exit 4
+  echo "$c,$(awk '!/^#/ { s += $1 } END { print s }' "$out/lengths-$c.txt"),0,0,0,350,0,280"
+done
+STUB
+printf '#!/bin/sh
+[ "$1" = --version ] && { echo "gemc stand-in"; exit 0; }
+exec "%s" "$@"
+' \
+  "$dir/gemc_ok" >"$dir/gemc_v"
+chmod +x "$dir/bin/python3" "$dir/gemc_v"
+for run in 1 2; do
+  PATH="$dir/bin:$PATH" bash tests/gpu/gdpa_vs_triton.sh --gemc "$dir/gemc_v" --out "$dir/vs" \
+    --peer-dir "$dir/peers" --ns 512 --cases cross-kv256 --triton-cache "$dir/tc.tgz" \
+    >"$dir/vs$run.log" 2>&1
+done
+entries=$(tar -tzf "$dir/tc.tgz" 2>/dev/null | grep -c 'entry-')
+if [ "$entries" = 2 ] && grep -q '1 files from' "$dir/vs2.log" &&
+   grep -q '| cross-kv256-N512 | the peer.s |.* 350 / 280 |' "$dir/vs2.log"; then
+  ok "gdpa_vs_triton.sh --triton-cache: the peer's cache survives between runs, the table has its row"
+else
+  bad "gdpa_vs_triton.sh --triton-cache: $entries entries packed"; cat "$dir/vs1.log" "$dir/vs2.log"
+fi
 
 [ $failed = 0 ] && echo "gpu tools: all passed" || echo "gpu tools: $failed failed"
 exit $failed
