@@ -60,6 +60,19 @@ else bad "gdpa_ab.sh: a failing build"; cat "$dir/ab2.log"; fi
 sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_ok" --rounds x >/dev/null 2>&1
 if [ $? = 2 ]; then ok "gdpa_ab.sh: a bad option exits 2"; else bad "gdpa_ab.sh: --rounds x"; fi
 
+# ab_revs.sh: one gdpa_ab.sh table per candidate, options passed through, failures counted.
+mkdir -p "$dir/revs/a" "$dir/revs/b"
+cp "$dir/gemc_ok" "$dir/revs/a/gemc" && cp "$dir/gemc_fail" "$dir/revs/b/gemc"
+sh tests/gpu/ab_revs.sh "$dir/gemc_ok" "$dir/revs/a/gemc" "$dir/revs/b/gemc" -- --rounds 1 \
+  --out "$dir/abr" >"$dir/abr.log" 2>&1
+rc=$?
+tables=$(grep -c '^fwd / bwd TFLOP/s' "$dir/abr.log")
+if [ $rc = 1 ] && [ "$tables" = 2 ] && grep -q '^=== a: ' "$dir/abr.log" && [ -f "$dir/abr/b/ab.tsv" ]; then
+  ok "ab_revs.sh: a table per candidate, the failing one counted"
+else
+  bad "ab_revs.sh: exit $rc, $tables tables"; cat "$dir/abr.log"
+fi
+
 # gdpa_vs_triton.sh --triton-cache over a stand-in peer (a python3 first on PATH that draws the
 # batches, prints the peer's CSV rows and leaves one file in Triton's cache directory): the
 # second run finds the first run's file unpacked, and the packed cache then holds both.
