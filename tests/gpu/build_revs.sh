@@ -8,6 +8,7 @@
 set -u
 [ $# -ge 1 ] || { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 top=$(git rev-parse --show-toplevel) || exit 2
+git -C "$top" worktree prune  # worktrees whose /tmp folder is gone (a new machine)
 failed=0
 for rev in "$@"; do
   name=$(echo "$rev" | tr '/' '-')
