@@ -63,6 +63,7 @@ typedef struct TileWork {
 } TileWork;
 
 static int64_t tile_rows(const TileList *tl) { return tl->tile_q > 0 ? tl->tile_q : 64; }
+static int64_t stream_rows(const TileList *tl) { return tl->tile_kv > 0 ? tl->tile_kv : 64; }
 
 static int64_t q_len(const TileList *tl, const int64_t *q_offsets, int64_t b) {
   return q_offsets ? q_offsets[b + 1] - q_offsets[b] : tl->q_fixed;
@@ -77,7 +78,7 @@ static int64_t kv_len(const TileList *tl, const int64_t *kv_offsets, int64_t b) 
 // kernels' sm90_item and sm90_bwd_item; attn_key_range and attn_query_range in
 // kernels/attention.cuh). Rows are queries over lk keys, or keys over lk queries (key_side).
 static int64_t streamed_tiles(const TileList *tl, int64_t i0, int64_t i1, int64_t lk) {
-  const int64_t step = tl->tile_kv > 0 ? tl->tile_kv : 64;
+  const int64_t step = stream_rows(tl);
   // A window past both sides' rows limits nothing; clamped, its sums cannot overflow.
   const int64_t w = tl->window < i1 + lk + 1 ? tl->window : i1 + lk + 1;
   int64_t lo = 0, hi = lk;
@@ -99,10 +100,10 @@ static int64_t streamed_tiles(const TileList *tl, int64_t i0, int64_t i1, int64_
 }
 
 int64_t gpu_tiles_tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t lk) {
-  int64_t i1 = i0 + tile_rows(tl) < lq ? i0 + tile_rows(tl) : lq;
+  const int64_t rows = tile_rows(tl), i1 = i0 + rows < lq ? i0 + rows : lq;
   if (tl->key_side && tl->causal) GEMC_ASSERT(lq == lk);  // sema: causal is self-attention
   if (tl->persistent) {
-    const int64_t block = tile_rows(tl) * (tl->tile_kv > 0 ? tl->tile_kv : 64);
+    const int64_t block = rows * stream_rows(tl);
     return streamed_tiles(tl, i0, i1, lk) * block + block / 2;
   }
   return gpu_tiles_work(tl, i0, i1, lk) + (i1 - i0);
