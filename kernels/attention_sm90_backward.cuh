@@ -428,9 +428,9 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
         // ORDERED: after the `before` entries of this example and head that precede this one in
         // the list have added theirs to these 64 rows and columns (a counter per query tile,
         // head and warpgroup), so the sum runs in list order, the same every run.
-        int *count = ORDERED ? dq_count + ((it.e.q_start + s0) * heads + it.h) * 2 + cw : 0;
+        int *counter = ORDERED ? dq_count + ((it.e.q_start + s0) * heads + it.h) * 2 + cw : 0;
         if (ORDERED) {  // one thread spins while dQ's product runs
-          if ((threadIdx.x & 127) == 0) sm90_wait_count(count, it.before);
+          if ((threadIdx.x & 127) == 0) sm90_wait_count(counter, it.before);
           __syncwarp();
         }
         sm90_wgmma_wait<1>();
@@ -446,7 +446,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
             sm90_red_add2(row + 8 * nb, dq[4 * nb + 2 * half] * r.scale,
                           dq[4 * nb + 2 * half + 1] * r.scale);
         }
-        added = count;
+        added = counter;
       }
       sm90_wgmma_wait<0>();
       sm90_pin<O_REGS>(acc1);
