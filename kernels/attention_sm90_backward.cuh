@@ -21,11 +21,6 @@
 // all 128 resident keys (a wgmma with both operands transposed in shared memory) and adds
 // them, scaled, into the fp32 workspace `dq_acc` with red.global.add. The float atomics make
 // dQ's bits depend on the order the work items finish in (docs/attention.md).
-// ORDERED (DQ, the default where no causal mask or window applies): the same, but each
-// warpgroup adds a query tile's share only once the entries of its example and head that come
-// before it in the tile list have added theirs (a counter per query tile, head and warpgroup
-// after dQ's sums in the workspace), so dQ's sums run in list order and repeat bit for bit.
-// The CTAs walk the list in order, so the wait cannot deadlock (gpu_tiles.h).
 // defines: attn_backward_sm90
 #ifndef GEMC_ATTENTION_SM90_BACKWARD_CUH
 #define GEMC_ATTENTION_SM90_BACKWARD_CUH
@@ -48,12 +43,6 @@ __device__ __forceinline__ void sm90_red_add2(float *p, float a, float b) {
   emu_red_add(p, a);
   emu_red_add(p + 1, b);
 }
-__device__ __forceinline__ void sm90_wait_count(const int *p, int want) {
-  while (__atomic_load_n(p, __ATOMIC_ACQUIRE) < want) __nanosleep(0);
-}
-__device__ __forceinline__ void sm90_release_add(int *p, int v) {
-  __atomic_fetch_add(p, v, __ATOMIC_RELEASE);
-}
 #else
 template <bool F16>
 __device__ __forceinline__ void sm90_mma_ss_tt_n64(float *d, unsigned long long a,
@@ -75,21 +64,6 @@ __device__ __forceinline__ void sm90_mma_ss_tt_n64(float *d, unsigned long long 
 // *p += (a, b), one vector reduction in global memory.
 __device__ __forceinline__ void sm90_red_add2(float *p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
-// The ordered dQ's counter (ORDERED): spin until *p, read with acquire at GPU scope, reaches
-// `want`; and add to it with release at GPU scope. With a barrier over the warpgroup on either
-// side (the waiter's after, the adder's before), every thread's reductions of one adder happen
-// before the next adder's, as CUTLASS's semaphore has it.
-__device__ __forceinline__ void sm90_wait_count(const int *p, int want) {
-  int v;
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
-    if (v >= want) break;
-  }
-}
-__device__ __forceinline__ void sm90_release_add(int *p, int v) {
-  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 #endif
 
@@ -142,23 +116,21 @@ __device__ __forceinline__ float sm90_ds_unscale(int e) {
   return e == SM90_DS_UNSET ? 1.0f : ldexpf(1.0f, -e);
 }
 
-// One backward work item: the example, the resident tile's first row and head, its rows, the
-// streamed rows [lo, lo + n * 64), and (an ordered list: 4 ints an entry, gpu_tiles.h) how
-// many entries of its example and head come before it in the list.
+// One backward work item: the example, the resident tile's first row and head, its rows, and
+// the streamed rows [lo, lo + n * 64).
 struct Sm90BwdItem {
   AttnExample e;
-  int r0, h, nres, lo, nstream, before;
+  int r0, h, nres, lo, nstream;
 };
 
-template <bool KV, bool ORDERED = false>
+template <bool KV>
 __device__ __forceinline__ bool sm90_bwd_item(const AttnRows &r, const int *__restrict__ tiles,
                                               int index, Sm90BwdItem *it) {
-  const int *tile = tiles + (ORDERED ? 4 : 3) * index;
+  const int *tile = tiles + 3 * index;
   const int b = tile[0];
   if (b < 0) return false;
   it->r0 = tile[1];
   it->h = tile[2];
-  it->before = ORDERED ? tile[3] : 0;
   it->e = attn_example(r, b);
   const int len = KV ? it->e.kv_len : it->e.q_len;
   it->nres = len - it->r0 < SM90_BWD_RESIDENT ? len - it->r0 : SM90_BWD_RESIDENT;
@@ -191,7 +163,7 @@ __device__ __forceinline__ bool sm90_bwd_item(const AttnRows &r, const int *__re
 // its gradients into its consumed resident tiles and stores them by TMA, one
 // `cp.async.bulk.tensor` per warpgroup, tensor and half, instead of 64 stores a thread.
 template <int DH, int ACT, int STAGES, bool F16, bool KV, bool LN_STATS, bool DQ = false,
-          bool ORDERED = false, typename GT>
+          typename GT>
 __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__restrict__ g2,
                                                    const TmaMap *g1_map, const TmaMap *g2_map,
                                                    const TmaMap &res1_map, const TmaMap &res2_map,
@@ -199,9 +171,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
                                                    const AttnRows &r,
                                                    const int *__restrict__ tiles, int count,
                                                    const float *__restrict__ stats,
-                                                   float *__restrict__ dq_acc = 0,
-                                                   int *__restrict__ dq_count = 0) {
-  static_assert(!ORDERED || DQ, "the order is that of dQ's sums");
+                                                   float *__restrict__ dq_acc = 0) {
   static_assert(!DQ || (KV && DH == 128 && !F16),
                 "dQ in the dK/dV kernel takes head dim 128 and bf16 (fp16's dS is scaled per key "
                 "row, which dQ's sum over the keys cannot undo)");
@@ -245,7 +215,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
     int n = 0, c = 0;
     for (int index = blockIdx.x; index < count; index += gridDim.x) {
       Sm90BwdItem it;
-      if (!sm90_bwd_item<KV, ORDERED>(r, tiles, index, &it)) continue;
+      if (!sm90_bwd_item<KV>(r, tiles, index, &it)) continue;
       const int rb = n & 1;
       const int res1_row = (int)((KV ? it.e.kv_start : it.e.q_start) + it.r0);
       const int res2_row = (int)((KV ? it.e.kv_start : it.e.o_start) + it.r0);
@@ -288,7 +258,7 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
   int n = 0, c = 0;
   for (int index = blockIdx.x; index < count; index += gridDim.x) {
     Sm90BwdItem it;
-    if (!sm90_bwd_item<KV, ORDERED>(r, tiles, index, &it)) continue;
+    if (!sm90_bwd_item<KV>(r, tiles, index, &it)) continue;
     const int rb = n & 1;
     sm90_bar_wait(res_full + 8 * rb, (n >> 1) & 1);
     n++;
@@ -308,9 +278,6 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
           stat_row[half] =
               *(const float2 *)(stats + ((it.e.o_start + row0 + 8 * half) * heads + it.h) * 2);
     if (LN_STATS) stat_row[0].x *= ATTN_LOG2E, stat_row[1].x *= ATTN_LOG2E;
-    // ORDERED: the counter of the query tile this warpgroup added dQ to last, released under
-    // the next tile's products (its fence waits for the reductions to land) or after the loop.
-    int *added = 0;
 
     for (int j = 0; j < it.nstream; j++, c++) {
       const int s = c % STAGES;
@@ -342,11 +309,6 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
                              sm90_desc(str2 + (kk / 4) * STR_HALF + step, 16, 1024), kk > 0);
       }
       sm90_wgmma_commit();
-      if (ORDERED && added) {  // every thread's reductions of the last tile are issued
-        sm90_named_barrier<128>(2 + cw);
-        if ((threadIdx.x & 127) == 0) sm90_release_add(added, 1);
-        added = 0;
-      }
       sm90_wgmma_wait<0>();
       sm90_pin<S_REGS>(x);
       sm90_pin<S_REGS>(y);
@@ -425,17 +387,8 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       }
       sm90_wgmma_commit();
       if (DQ) {  // dQ's group is done while dK and dV's run: add its rows that exist
-        // ORDERED: after the `before` entries of this example and head that precede this one in
-        // the list have added theirs to these 64 rows and columns (a counter per query tile,
-        // head and warpgroup), so the sum runs in list order, the same every run.
-        int *counter = ORDERED ? dq_count + ((it.e.q_start + s0) * heads + it.h) * 2 + cw : 0;
-        if (ORDERED) {  // one thread spins while dQ's product runs
-          if ((threadIdx.x & 127) == 0) sm90_wait_count(counter, it.before);
-          __syncwarp();
-        }
         sm90_wgmma_wait<1>();
         sm90_pin<32>(dq);
-        if (ORDERED) sm90_named_barrier<128>(2 + cw);  // this warpgroup, after the wait
 #pragma unroll
         for (int half = 0; half < 2; half++) {
           const int qi = s0 + 16 * warp + g + 8 * half;
@@ -446,16 +399,11 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
             sm90_red_add2(row + 8 * nb, dq[4 * nb + 2 * half] * r.scale,
                           dq[4 * nb + 2 * half + 1] * r.scale);
         }
-        added = counter;
       }
       sm90_wgmma_wait<0>();
       sm90_pin<O_REGS>(acc1);
       if (KV) sm90_pin<O_REGS>(acc2);
       sm90_bar_arrive(str_empty + 8 * s);
-    }
-    if (ORDERED && added) {
-      sm90_named_barrier<128>(2 + cw);
-      if ((threadIdx.x & 127) == 0) sm90_release_add(added, 1);
     }
     // Store this thread's resident rows that exist: dK and dQ carry the scale.
     const int len = KV ? it.e.kv_len : it.e.q_len;

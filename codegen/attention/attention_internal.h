@@ -104,14 +104,11 @@ bool emit_attention_forward_sm90(Lower *L, int node, const AttnNode *a);
 // The sm_90a backward: dQ (kv false; g1 = dQ) or dK and dV (kv true; g1 = dK, g2 = dV, either
 // -1 when not wanted), of element type grad_type, with the softmax statistics `stats`.
 bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a);
-// Whether the backward takes dQ inside the dK/dV kernel: a bf16 attention the sm_90a backward
-// runs at head dim 128, with @schedule(deterministic = false) (float atomics) or by default
-// where there is no causal mask and no window (dQ added in tile-list order)
-// (emit_attention_backward_sm90_fused).
+// Whether the backward takes dQ inside the dK/dV kernel: @schedule(deterministic = false) on
+// an attention the sm_90a backward runs at head dim 128 (emit_attention_backward_sm90_fused).
 bool attn_sm90_fused_dq_applies(const Lower *L, const AttnNode *a);
 // dQ with dK and dV (either may be -1): zero an fp32 workspace, the dK/dV kernel adding each
-// key tile's part of dQ into it (in list order, or with float atomics under
-// `deterministic = false`), and a cast into dq.
+// key tile's part of dQ into it with float atomics, and a cast into dq.
 void emit_attention_backward_sm90_fused(Lower *L, int node, const AttnNode *a, int dq, int dk,
                                         int dv, const char *grad_type, LaunchArg stats);
 void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,

@@ -95,26 +95,18 @@ bool attn_sm90_backward_applies(const Lower *L, const AttnNode *a) {
          backward_smem(a->dh, 2) <= SM90_MAX_SMEM;
 }
 
-// The fused backward (dQ inside the dK/dV kernel) takes bf16 only: at fp16 the backward scales
-// each key row's dS (attention_sm90_backward.cuh, sm90_ds_scale_rows), which dQ's sum over the
-// keys cannot undo. With `deterministic = false` its dQ goes in by float atomics; by default
-// it is ordered (each key tile's share added after those before it in the tile list), which
-// runs without waiting only where every key tile of an example streams the same query tiles:
-// no causal mask and no window. Elsewhere the default keeps the deterministic pair.
-static bool fused_dq_ordered(const AttnNode *a) { return a->n->sched.deterministic != 2; }
-
+// The atomic dQ takes bf16 only: at fp16 the backward scales each key row's dS
+// (attention_sm90_backward.cuh, sm90_ds_scale_rows), which dQ's sum over the keys cannot undo.
 bool attn_sm90_fused_dq_applies(const Lower *L, const AttnNode *a) {
-  if (fused_dq_ordered(a) && (a->n->mask == MASK_CAUSAL || a->n->window > 0)) return false;
-  return a->dh == 128 && L->ir->tensors[a->k].dtype == DT_BF16 &&
-         attn_sm90_backward_applies(L, a) &&
+  return a->n->sched.deterministic == 2 && a->dh == 128 &&
+         L->ir->tensors[a->k].dtype == DT_BF16 && attn_sm90_backward_applies(L, a) &&
          sm90_attn_backward_dq_smem(a->dh, 2) <= SM90_MAX_SMEM;
 }
 
-// One backward kernel: KV (dK into g1, dV into g2; with dq_acc, dQ added into it too, in list
-// order when the list is ordered: dq_elems floats, then the counters) or Q (dQ into g1).
+// One backward kernel: KV (dK into g1, dV into g2; with dq_acc, dQ added into it too) or Q
+// (dQ into g1).
 static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
-                            const char *grad_type, LaunchArg stats, const LaunchArg *dq_acc,
-                            const SymSize *dq_elems) {
+                            const char *grad_type, LaunchArg stats, const LaunchArg *dq_acc) {
   const Ir *ir = L->ir;
   const Node *n = &ir->nodes[node];
   if (!strstr(L->src.data, "GEMC_ATTENTION_SM90_BACKWARD_CUH"))
@@ -124,20 +116,15 @@ static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int 
   int smem = dq_acc ? (int)sm90_attn_backward_dq_smem(a->dh, stages) : backward_smem(a->dh, stages);
   char kernel[128];
   snprintf(kernel, sizeof kernel, "%s_bwd_%s", a->name, dq_acc ? "qkv" : kv ? "kv" : "q");
-  attn_kernel_comment(L, n, dq_elems ? "bwd: dK, dV, and dQ added in tile-list order"
-                           : dq_acc ? "bwd: dK, dV, and dQ by float atomics"
-                           : kv     ? "bwd: dK, dV"
-                                    : "bwd: dQ");
+  attn_kernel_comment(L, n, dq_acc ? "bwd: dK, dV, and dQ by float atomics" : kv ? "bwd: dK, dV" : "bwd: dQ");
   int tiles = attn_tile_list(L, a, node, SM90_ATTN_BWD_RESIDENT, kv);
   L->tiles[tiles].tile_kv = SM90_ATTN_BWD_STREAM;  // the streamed tiles the work estimate counts
   L->tiles[tiles].persistent = true;
-  L->tiles[tiles].ordered = dq_elems != NULL;
   KernelBuilder kb;
   kb_begin_persistent(&kb, L, node, kernel, tiles, SM90_THREADS, smem);
   if (g1 >= 0) kb_tensor_out(&kb, kv ? "dk" : "dq", g1);
   if (g2 >= 0) kb_tensor_out(&kb, "dv", g2);
   if (dq_acc) kb_workspace(&kb, "float", "dq_acc", *dq_acc, true);
-  if (dq_elems) kb_size(&kb, "dq_elems", *dq_elems);
   int maps[4] = {kv ? a->k : a->q, kv ? a->v : a->dout, kv ? a->q : a->k, kv ? a->dout : a->v};
   const char *names[4] = {"res1_map", "res2_map", "str1_map", "str2_map"};
   for (int i = 0; i < 4; i++)
@@ -159,36 +146,29 @@ static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int 
   snprintf(null_grad, sizeof null_grad, "(%s *)0", grad_type);
   sb_printf(&body,
             "  attn_backward_sm90<%lld, %s, %d, %s, %s, %s%s>(%s, %s, %s, %s,\n"
-            "      res1_map, res2_map, str1_map, str2_map, rows, tiles, (int)tile_count,\n"
-            "      %s%s%s);\n",
+            "      res1_map, res2_map, str1_map, str2_map, rows, tiles, (int)tile_count, %s%s);\n",
             (long long)a->dh, attn_act_enum(node_act(n)), stages,
             ir->tensors[a->k].dtype == DT_FP16 ? "true" : "false", kv ? "true" : "false",
-            a->simt ? "true" : "false", dq_elems ? ", true, true" : dq_acc ? ", true" : "",
+            a->simt ? "true" : "false", dq_acc ? ", true" : "",
             g1 >= 0 ? (kv ? "dk" : "dq") : null_grad, g2 >= 0 ? "dv" : null_grad,
             g1_tma ? "&g1_map" : "nullptr", g2_tma ? "&g2_map" : "nullptr",
-            softmax ? "stats" : "(const float *)0", dq_acc ? ", dq_acc" : "",
-            dq_elems ? ", (int *)(dq_acc + dq_elems)" : "");
+            softmax ? "stats" : "(const float *)0", dq_acc ? ", dq_acc" : "");
   kb_end(&kb, body.data);
   sb_free(&body);
 }
 
 void emit_attention_backward_sm90(Lower *L, int node, const AttnNode *a, bool kv, int g1, int g2,
                                   const char *grad_type, LaunchArg stats) {
-  backward_kernel(L, node, a, kv, g1, g2, grad_type, stats, NULL, NULL);
+  backward_kernel(L, node, a, kv, g1, g2, grad_type, stats, NULL);
 }
 
 void emit_attention_backward_sm90_fused(Lower *L, int node, const AttnNode *a, int dq, int dk,
                                         int dv, const char *grad_type, LaunchArg stats) {
   const Ir *ir = L->ir;
   SymSize elems = sym_scale(tensor_rows(ir, dq), a->d);
-  bool ordered = fused_dq_ordered(a);
-  // The fp32 sums; ordered, then a counter per query row, head and warpgroup (only the rows
-  // that start a 64-row query tile are used): how many key tiles have added their share.
-  SymSize bytes = sym_scale(elems, 4);
-  if (ordered) bytes = sym_add(bytes, sym_scale(tensor_rows(ir, dq), a->heads * 2 * 4));
-  LaunchArg acc = lower_workspace_arg(dq, ATTN_WS_DQ_ACC, dq, bytes);
-  lower_zero(L, node, acc, bytes);
-  backward_kernel(L, node, a, true, dk, dv, grad_type, stats, &acc, ordered ? &elems : NULL);
+  LaunchArg acc = lower_workspace_arg(dq, ATTN_WS_DQ_ACC, dq, sym_scale(elems, 4));
+  lower_zero(L, node, acc, sym_scale(elems, 4));
+  backward_kernel(L, node, a, true, dk, dv, grad_type, stats, &acc);
   char kernel[128];
   snprintf(kernel, sizeof kernel, "%s_bwd_q_cast", a->name);
   attn_kernel_comment(L, a->n, "bwd: dQ from its fp32 sums");

@@ -142,9 +142,6 @@ typedef struct TileList {
   bool key_side;         // the rows are keys (a dK/dV list: q_* describe the keys, kv_* the
                          // queries); causal and window are the node's mask, which the work
                          // estimate applies from the keys' side (a key sees the queries after it)
-  bool ordered;          // the kernel adds dQ into an fp32 sum in a fixed order (the fused
-                         // deterministic backward): each entry carries a fourth int, how many
-                         // entries of its (example, head) come before it (gpu_tiles.h)
 } TileList;
 
 // A temporary that codegen needs between launches and the IR does not name: a cast or

@@ -67,7 +67,7 @@ void plan_print(FILE *out, const Plan *p) {
     fprintf(out, "tile %d node %d %d %d %" PRId64 " %" PRId64 " %d %d %d %d %" PRId64 " %d\n", i, t->node,
             t->q_jag, t->kv_jag, t->q_fixed, t->kv_fixed, t->tile_q, t->tile_kv, t->heads, t->causal,
             t->window,  // the order flags in one word: old plans still read
-            (int)t->zigzag | (int)t->persistent << 1 | (int)t->key_side << 2 | (int)t->ordered << 3);
+            (int)t->zigzag | (int)t->persistent << 1 | (int)t->key_side << 2);
   }
   fprintf(out, "launches %d\n", p->nlaunches);
   for (int i = 0; i < p->nlaunches; i++) {
@@ -260,7 +260,6 @@ bool plan_read(const SourceFile *f, const Ir *ir, Arena *arena, Diag *d, Plan *o
       t->heads = (int)num(&r); t->causal = num(&r) != 0; t->window = num(&r);
       int64_t order = num(&r);
       t->zigzag = (order & 1) != 0, t->persistent = (order & 2) != 0, t->key_side = (order & 4) != 0;
-      t->ordered = (order & 8) != 0;
     } else if (strcmp(kw, "launches") == 0) {
       out->nlaunches = (int)num(&r);
       out->launches = arena_alloc(arena, (size_t)(out->nlaunches + 1) * sizeof *out->launches);

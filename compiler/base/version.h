@@ -3,6 +3,6 @@
 #ifndef GEMC_VERSION_H
 #define GEMC_VERSION_H
 
-#define GEMC_VERSION "0.2.0"  // 0.2: ordered tile lists (4 ints an entry) in the plan
+#define GEMC_VERSION "0.1.0"
 
 #endif

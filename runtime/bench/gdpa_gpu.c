@@ -189,7 +189,7 @@ static bool batch_fill(GdpaBatch *bt, int64_t *const *lengths, char *err, size_t
     bt->ntiles[i] = gpu_tiles_build(tl, B, tl->q_jag >= 0 ? bt->offsets[tl->q_jag] : NULL,
                                     tl->kv_jag >= 0 ? bt->offsets[tl->kv_jag] : NULL,
                                     gdpa_gpu_num_sms(), &tiles);
-    size_t bytes = (size_t)bt->ntiles[i] * gpu_tile_ints(tl) * sizeof(int32_t);
+    size_t bytes = (size_t)bt->ntiles[i] * GPU_TILE_INTS * sizeof(int32_t);
     bool ok = gdpa_gpu_alloc(&bt->d_tiles[i], bytes, err, err_size) &&
               gdpa_gpu_upload(bt->d_tiles[i], tiles, bytes, err, err_size);
     free(tiles);

@@ -57,7 +57,7 @@ static bool same_tile_spec(const TileList *a, const TileList *b) {
   return a->q_jag == b->q_jag && a->kv_jag == b->kv_jag && a->q_fixed == b->q_fixed &&
          a->kv_fixed == b->kv_fixed && a->tile_q == b->tile_q && a->tile_kv == b->tile_kv &&
          a->heads == b->heads && a->causal == b->causal && a->window == b->window &&
-         a->zigzag == b->zigzag && a->persistent == b->persistent && a->ordered == b->ordered &&
+         a->zigzag == b->zigzag && a->persistent == b->persistent &&
          (!masked || a->key_side == b->key_side);
 }
 
@@ -156,14 +156,14 @@ static bool stage_tiles(const StagingLayout *l, const Batch *b, GpuStaged *st, c
                                 tl->kv_jag >= 0 ? b->offsets[tl->kv_jag] : NULL,
                                 tl->zigzag ? l->num_sms : 0, &words);
     if (n < 0) return fail(err, err_size, "out of memory building attention tiles");
-    int64_t need = used + n * gpu_tile_ints(tl);
+    int64_t need = used + n * GPU_TILE_INTS;
     if (need > st->tile_cap) {
       int64_t cap = st->tile_cap ? st->tile_cap : 1 << 16;
       while (cap < need) cap *= 2;
       st->tiles = xrealloc(st->tiles, (size_t)cap * 4);
       st->tile_cap = cap;
     }
-    if (n > 0) memcpy(st->tiles + used, words, (size_t)(n * gpu_tile_ints(tl)) * 4);
+    if (n > 0) memcpy(st->tiles + used, words, (size_t)(n * GPU_TILE_INTS) * 4);
     free(words);
     st->tile_count[t] = n;
     st->tile_offset[t] = (size_t)used;

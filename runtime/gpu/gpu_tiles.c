@@ -133,28 +133,10 @@ static int64_t collect(const TileList *tl, int64_t B, const int64_t *q_offsets,
   return n;
 }
 
-static void put_tile(int32_t *out, int ints, int64_t entry, const TileWork *t) {
-  out[ints * entry + 0] = t->b;
-  out[ints * entry + 1] = t->row0;
-  out[ints * entry + 2] = t->head;
-  if (ints > GPU_TILE_INTS) out[ints * entry + 3] = 0;  // the order word: set_order
-}
-
-// An ordered list's fourth word (gpu_tiles.h): the entries of the same (example, head) before
-// this one, counted in list order. False when out of memory.
-static bool set_order(const TileList *tl, int64_t B, int32_t *tiles, int64_t n) {
-  if (!tl->ordered || n <= 0) return true;
-  const int64_t heads = tl->heads > 0 ? tl->heads : 1;
-  int32_t *seen = calloc((size_t)(B * heads > 0 ? B * heads : 1), sizeof *seen);
-  if (!seen) return false;
-  for (int64_t i = 0; i < n; i++) {
-    int32_t *t = tiles + GPU_TILE_ORDERED_INTS * i;
-    if (t[0] < 0) continue;  // a hole
-    GEMC_ASSERT(t[0] < B && t[2] < heads);
-    t[3] = seen[t[0] * heads + t[2]]++;
-  }
-  free(seen);
-  return true;
+static void put_tile(int32_t *out, int64_t entry, const TileWork *t) {
+  out[GPU_TILE_INTS * entry + 0] = t->b;
+  out[GPU_TILE_INTS * entry + 1] = t->row0;
+  out[GPU_TILE_INTS * entry + 2] = t->head;
 }
 
 // Sorts w (collected in index order) by work, largest first, equal works in index order: a
@@ -196,19 +178,13 @@ int64_t gpu_tiles_build_plain(const TileList *tl, int64_t B, const int64_t *q_of
                               const int64_t *kv_offsets, int32_t **out) {
   TileWork *w = NULL;
   int64_t n = collect(tl, B, q_offsets, kv_offsets, &w);
-  const int ints = gpu_tile_ints(tl);
-  *out = n < 0 ? NULL : malloc((size_t)(n > 0 ? n : 1) * ints * sizeof(int32_t));
+  *out = n < 0 ? NULL : malloc((size_t)(n > 0 ? n : 1) * GPU_TILE_INTS * sizeof(int32_t));
   if (!*out) {
     free(w);
     return -1;
   }
-  for (int64_t i = 0; i < n; i++) put_tile(*out, ints, i, &w[i]);
+  for (int64_t i = 0; i < n; i++) put_tile(*out, i, &w[i]);
   free(w);
-  if (!set_order(tl, B, *out, n)) {
-    free(*out);
-    *out = NULL;
-    return -1;
-  }
   return n;
 }
 
@@ -243,13 +219,12 @@ static void cta_sift_down(CtaHeap *h, int64_t i) {
 // tile goes to the least loaded CTA that has fewer than `cap` tiles, CTA c's r-th tile to entry
 // r*G + c. Returns the entries up to the last tile (holes before it: example -1, row 0, head 0)
 // into *out, or -1 when out of memory.
-static int64_t deal_persistent(const TileWork *w, int64_t n, int64_t G, int ints,
-                               int32_t **out) {
+static int64_t deal_persistent(const TileWork *w, int64_t n, int64_t G, int32_t **out) {
   const int64_t cap = 2 * ((n + G - 1) / G);  // twice the even share: a CTA of small tiles
                                               // takes more of them, yet holes stay < n + 2G
   CtaHeap h = {calloc((size_t)G, sizeof(int64_t)), malloc((size_t)G * sizeof(int64_t)), G};
   int64_t *count = calloc((size_t)G, sizeof(int64_t));
-  *out = malloc((size_t)(cap * G) * ints * sizeof(int32_t));
+  *out = malloc((size_t)(cap * G) * GPU_TILE_INTS * sizeof(int32_t));
   if (!h.load || !h.heap || !count || !*out) {
     free(h.load), free(h.heap), free(count), free(*out);
     *out = NULL;
@@ -257,12 +232,12 @@ static int64_t deal_persistent(const TileWork *w, int64_t n, int64_t G, int ints
   }
   for (int64_t c = 0; c < G; c++) h.heap[c] = c;  // all loads 0: sorted by index, a heap
   const TileWork hole = {0, 0, -1, 0, 0};
-  for (int64_t e = 0; e < cap * G; e++) put_tile(*out, ints, e, &hole);
+  for (int64_t e = 0; e < cap * G; e++) put_tile(*out, e, &hole);
   int64_t entries = 0;
   for (int64_t i = 0; i < n; i++) {
     int64_t c = h.heap[0];
     int64_t e = count[c]++ * G + c;
-    put_tile(*out, ints, e, &w[i]);
+    put_tile(*out, e, &w[i]);
     if (e + 1 > entries) entries = e + 1;
     h.load[c] += w[i].work;
     if (count[c] == cap) h.heap[0] = h.heap[--h.size];  // full: out of the heap
@@ -285,18 +260,12 @@ int64_t gpu_tiles_build(const TileList *tl, int64_t B, const int64_t *q_offsets,
     *out = NULL;
     return -1;
   }
-  const int ints = gpu_tile_ints(tl);
   if (tl->persistent && num_sms > 0 && n > 0) {
-    int64_t entries = deal_persistent(w, n, num_sms, ints, out);
+    int64_t entries = deal_persistent(w, n, num_sms, out);
     free(w);
-    if (entries >= 0 && !set_order(tl, B, *out, entries)) {
-      free(*out);
-      *out = NULL;
-      return -1;
-    }
     return entries;
   }
-  *out = malloc((size_t)(n > 0 ? n : 1) * ints * sizeof(int32_t));
+  *out = malloc((size_t)(n > 0 ? n : 1) * GPU_TILE_INTS * sizeof(int32_t));
   if (!*out) {
     free(w);
     return -1;
@@ -307,14 +276,9 @@ int64_t gpu_tiles_build(const TileList *tl, int64_t B, const int64_t *q_offsets,
   for (int64_t start = 0, r = 0; start < n; start += wave, r++) {
     int64_t end = start + wave < n ? start + wave : n;
     for (int64_t i = start; i < end; i++)
-      put_tile(*out, ints, i, &w[(r & 1) ? end - 1 - (i - start) : i]);
+      put_tile(*out, i, &w[(r & 1) ? end - 1 - (i - start) : i]);
   }
   free(w);
-  if (!set_order(tl, B, *out, n)) {
-    free(*out);
-    *out = NULL;
-    return -1;
-  }
   return n;
 }
 
@@ -328,11 +292,10 @@ bool gpu_tiles_spread(const TileList *tl, const int64_t *q_offsets, const int64_
   int64_t G = ctas < 1 ? 1 : ctas < n ? ctas : n;
   int64_t *load = calloc((size_t)G, sizeof *load);
   if (!load) return false;
-  const int ints = gpu_tile_ints(tl);
   for (int64_t i = 0; i < n; i++) {
-    int64_t b = tiles[ints * i];
+    int64_t b = tiles[GPU_TILE_INTS * i];
     if (b < 0) continue;  // a hole
-    load[i % G] += gpu_tiles_tile_work(tl, tiles[ints * i + 1], q_len(tl, q_offsets, b),
+    load[i % G] += gpu_tiles_tile_work(tl, tiles[GPU_TILE_INTS * i + 1], q_len(tl, q_offsets, b),
                                        kv_len(tl, kv_offsets, b));
   }
   *max_load = *min_load = load[0];

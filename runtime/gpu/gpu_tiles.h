@@ -9,15 +9,10 @@
 //     c + G, c + 2G, ...) is dealt longest first to the least loaded CTA (LPT), at most twice
 //     the even share of tiles per CTA; entry r*G + c is CTA c's r-th tile, and a CTA with fewer
 //     tiles than the longest has holes (example -1) there, which the kernel skips.
-// A tile is three int32: example, first row, head. An ordered list's (TileList.ordered) has a
-// fourth: how many entries of the same (example, head) come before it in the list. Its kernel
-// adds each entry's share of dQ into an fp32 sum only after those entries have added theirs
-// (a counter per query tile and head), so the sum runs in list order and dQ is the same bits
-// every run. That order cannot deadlock: a CTA walks its entries in list order, so the
-// earliest entry not yet done waits on nothing that is not done. gpu_tiles_spread measures a
-// deal: the largest and smallest work one CTA of a persistent grid gets from it.
+// A tile is three int32: example, first row, head. gpu_tiles_spread measures a deal: the
+// largest and smallest work one CTA of a persistent grid gets from it.
 // defines: gpu_tiles_build, gpu_tiles_build_plain, gpu_tiles_work, gpu_tiles_tile_work,
-//          gpu_tiles_spread, gpu_tile_ints, GPU_TILE_INTS, GPU_TILE_ORDERED_INTS
+//          gpu_tiles_spread, GPU_TILE_INTS
 #ifndef GEMC_GPU_TILES_H
 #define GEMC_GPU_TILES_H
 
@@ -26,14 +21,9 @@
 
 #include "plan.h"
 
-enum { GPU_TILE_INTS = 3, GPU_TILE_ORDERED_INTS = 4 };
+enum { GPU_TILE_INTS = 3 };
 
-// The int32 words of one entry of tl's lists.
-static inline int gpu_tile_ints(const TileList *tl) {
-  return tl->ordered ? GPU_TILE_ORDERED_INTS : GPU_TILE_INTS;
-}
-
-// Fills *out (malloc'd, gpu_tile_ints(tl) ints per entry; the caller frees it) and returns the
+// Fills *out (malloc'd, GPU_TILE_INTS ints per tile; the caller frees it) and returns the
 // number of entries, or -1 when out of memory. q_offsets / kv_offsets are [B+1] and may be NULL
 // when the list's side is not jagged (its fixed count is used). num_sms <= 0 means no zigzag
 // and, for a persistent list, no deal (the sorted tiles, no holes). A list that is not

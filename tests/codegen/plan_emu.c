@@ -151,14 +151,11 @@ static void run_launch(const Launch *l) {
   int32_t *tiles = NULL;
   int64_t ntiles = 0;
   bool persistent = l->grid == GRID_PERSISTENT;
-  // An ordered list's CTAs wait on each other's earlier entries (gpu_tiles.h), and the
-  // emulator runs one block after another: one CTA walks it, in list order.
-  unsigned sms = l->grid == GRID_PERSISTENT && plan->tiles[l->tiles].ordered ? 1 : EMU_SMS;
   if (l->grid == GRID_TILES || persistent) {
     const TileList *tl = &plan->tiles[l->tiles];
     ntiles = gpu_tiles_build(tl, batch->B, tl->q_jag >= 0 ? batch->offsets[tl->q_jag] : NULL,
                              tl->kv_jag >= 0 ? batch->offsets[tl->kv_jag] : NULL,
-                             persistent ? (int)sms : 0, &tiles);
+                             persistent ? EMU_SMS : 0, &tiles);
     if (ntiles < 0) exit(2);
   }
   uint64_t maps[PLAN_MAX_ARGS][16];  // the emulator's tensor maps (cuda_on_cpu.h, EmuTmaMap)
@@ -195,7 +192,7 @@ static void run_launch(const Launch *l) {
   }
   int64_t size = eval(l->size);
   unsigned grid = l->grid == GRID_TILES ? (unsigned)ntiles
-                 : persistent ? (unsigned)(ntiles < sms ? ntiles : sms)
+                 : persistent ? (unsigned)(ntiles < EMU_SMS ? ntiles : EMU_SMS)
                               : (unsigned)((size + l->per_block - 1) / l->per_block);
   if (grid > 0) emu_launch(fn, grid, (unsigned)l->threads, (unsigned)l->smem, args);
   free(tiles);

@@ -99,8 +99,8 @@ static void check_staged(const Model *x, const Batch *b, const GpuStaged *st) {
                                 tl->zigzag ? 132 : 0, &words);
     assert_true(n >= 0);
     assert_int_equal(st->tile_count[t], n);
-    assert_true((int64_t)st->tile_offset[t] + n * gpu_tile_ints(tl) <= st->tile_words);
-    if (n > 0) assert_memory_equal(st->tiles + st->tile_offset[t], words, (size_t)(n * gpu_tile_ints(tl)) * 4);
+    assert_true((int64_t)st->tile_offset[t] + n * GPU_TILE_INTS <= st->tile_words);
+    if (n > 0) assert_memory_equal(st->tiles + st->tile_offset[t], words, (size_t)n * 12);
     free(words);
   }
 }
@@ -135,7 +135,7 @@ static void test_stage_hstu_matches_the_batch_and_shares_equal_tile_lists(void *
   // Only the distinct lists take room.
   int64_t words = 0;
   for (int t = 0; t < x.p.ntiles; t++)
-    if (x.l.tile_alias[t] == t) words += (st.tile_count[t] * gpu_tile_ints(&x.p.tiles[t]) + 63) / 64 * 64;
+    if (x.l.tile_alias[t] == t) words += (st.tile_count[t] * GPU_TILE_INTS + 63) / 64 * 64;
   assert_int_equal(st.tile_words, words);
   gpu_staged_free(&st);
   batch_free(&b);
