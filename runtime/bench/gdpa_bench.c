@@ -12,7 +12,7 @@
 
 #include "arena.h"           // defines: Arena, arena_free
 #include "checked.h"         // defines: fail, xmalloc
-#include "gdpa_gpu.h"        // defines: GdpaBatch, gdpa_gpu_*, gdpa_batch_*, gdpa_launch_range
+#include "gdpa_gpu.h"        // defines: GdpaBatch, gdpa_gpu_*, gdpa_batch_*, GdpaRange, gdpa_run_range
 #include "gpu_tiles.h"       // defines: gpu_tiles_build, gpu_tiles_build_plain, gpu_tiles_spread
 #include "internal_error.h"  // defines: GEMC_ASSERT, GEMC_UNREACHABLE
 #include "target.h"          // defines: target_find (the HBM bandwidth of the roofline)
@@ -237,16 +237,6 @@ static bool compile_all(const GdpaBenchOptions *o, const char *arch, bool load,
 
 // --- measuring ----------------------------------------------------------------------------
 
-typedef struct Timed {
-  GdpaBatch *bt;
-  int from, to;
-} Timed;
-
-static bool run_launches(void *ctx, char *err, size_t err_size) {
-  Timed *t = ctx;
-  return gdpa_launch_range(t->bt, t->from, t->to, err, err_size);
-}
-
 // Whether a sample of tensor t (bf16, fp16 or fp32) holds no NaN/inf and is not all zero, into
 // *good; false when reading it back failed.
 static bool all_finite_sample(GdpaBatch *bt, int t, bool *good, char *err, size_t err_size) {
@@ -363,13 +353,13 @@ static bool measure(Bench *m, const Compiled *k, const GdpaLengths *len, Measure
     void *args[] = {&bt.tensor[inputs[i]], &count, &seed, &amp};
     ok = gdpa_gpu_launch(fill, (unsigned)((count + 255) / 256), 256, 0, args, err, err_size);
   }
-  Timed f = {&bt, 0, e->nforward}, b = {&bt, e->nforward, e->nlaunches};
-  ok = ok && run_launches(&f, err, err_size) && run_launches(&b, err, err_size) &&
+  GdpaRange f = {&bt, 0, e->nforward}, b = {&bt, e->nforward, e->nlaunches};
+  ok = ok && gdpa_run_range(&f, err, err_size) && gdpa_run_range(&b, err, err_size) &&
        gdpa_gpu_sync(err, err_size);  // warm up
   double flops = 4.0 * BENCH_H * BENCH_DH * gdpa_lengths_pairs(len);
   r->fwd_ms = r->bwd_ms = 0;
-  ok = ok && gdpa_gpu_time_ms(run_launches, &f, m->reps, &r->fwd_ms, err, err_size) &&
-       gdpa_gpu_time_ms(run_launches, &b, m->reps, &r->bwd_ms, err, err_size);
+  ok = ok && gdpa_gpu_time_ms(gdpa_run_range, &f, m->reps, &r->fwd_ms, err, err_size) &&
+       gdpa_gpu_time_ms(gdpa_run_range, &b, m->reps, &r->bwd_ms, err, err_size);
   r->fwd = flops / (r->fwd_ms * 1e-3) / 1e12;
   r->bwd = 2.5 * flops / (r->bwd_ms * 1e-3) / 1e12;
   const int outs[4] = {e->out, e->dq, e->dk, e->dv};

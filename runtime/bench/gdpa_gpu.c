@@ -244,6 +244,11 @@ static bool workspace(GdpaBatch *bt, const LaunchArg *a, GpuPtr *ws, char *err,
   return gdpa_gpu_memset0(*ws, bytes, err, err_size);
 }
 
+bool gdpa_run_range(void *range, char *err, size_t err_size) {
+  GdpaRange *r = range;
+  return gdpa_launch_range(r->bt, r->from, r->to, err, err_size);
+}
+
 bool gdpa_launch_range(GdpaBatch *bt, int from, int to, char *err, size_t err_size) {
   const GdpaEmitted *e = bt->e;
   for (int li = from; li < to; li++) {

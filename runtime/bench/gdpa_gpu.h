@@ -6,7 +6,7 @@
 // that can fail returns false with the reason in `err` (for a failing CUDA call: the call and
 // the driver's message); none exits, and the caller decides whether its run can go on.
 // defines: GpuPtr, gdpa_gpu_open, gdpa_gpu_compile, gdpa_gpu_name, gdpa_gpu_unload_module,
-//          GdpaGpuBody, GdpaBatch, gdpa_batch_*, gdpa_launch_range
+//          GdpaGpuBody, GdpaBatch, gdpa_batch_*, gdpa_launch_range, GdpaRange, gdpa_run_range
 #ifndef GEMC_GDPA_GPU_H
 #define GEMC_GDPA_GPU_H
 
@@ -74,5 +74,11 @@ bool gdpa_batch_free(GdpaBatch *bt, char *err, size_t err_size);
 int64_t gdpa_tensor_rows(const GdpaBatch *bt, int t);
 // Runs launches [from, to) of e.
 bool gdpa_launch_range(GdpaBatch *bt, int from, int to, char *err, size_t err_size);
+// Launches [from, to) of a batch as a GdpaGpuBody for gdpa_gpu_time_ms (ctx: a GdpaRange).
+typedef struct GdpaRange {
+  GdpaBatch *bt;
+  int from, to;
+} GdpaRange;
+bool gdpa_run_range(void *range, char *err, size_t err_size);
 
 #endif

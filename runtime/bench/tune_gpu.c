@@ -15,7 +15,7 @@
 #include "arena.h"          // defines: Arena, arena_free
 #include "checked.h"        // defines: fail, xcalloc, xmalloc
 #include "clock.h"
-#include "gdpa_gpu.h"       // defines: gdpa_gpu_*, GdpaBatch, gdpa_batch_*, gdpa_launch_range
+#include "gdpa_gpu.h"       // defines: gdpa_gpu_*, GdpaBatch, gdpa_batch_*, GdpaRange, gdpa_run_range
 #include "jit_cache.h"      // defines: JitRequest, JitUnit, jit_compile_units
 #include "numerics.h"       // defines: bf16_decode, fp16_decode
 #include "nvrtc_compile.h"  // defines: nvrtc_available, nvrtc_version, nvrtc_compile_unit
@@ -107,16 +107,6 @@ static void compile_candidates(const TuneOp *op, Built *b, JitUnit *units, const
 
 // --- timing -------------------------------------------------------------------------------
 
-typedef struct Timed {
-  GdpaBatch *bt;
-  int from, to;
-} Timed;
-
-static bool run_launches(void *ctx, char *err, size_t err_size) {
-  Timed *t = ctx;
-  return gdpa_launch_range(t->bt, t->from, t->to, err, err_size);
-}
-
 // The first CHECK_ELEMS values of tensor t as floats (*n of them, malloc'd into *out).
 static bool read_output(GdpaBatch *bt, int t, float **out, size_t *n, char *err,
                         size_t err_size) {
@@ -183,13 +173,13 @@ static bool time_candidate(const TuneOp *op, int i, Built *b, Bench *m, bool fir
     ok = gdpa_gpu_launch(m->fill, (unsigned)((count + 255) / 256), 256, 0, args, err, err_size);
   }
   bool bwd = i == op->def && first;
-  Timed f = {&bt, 0, e->nforward}, bw = {&bt, e->nforward, e->nlaunches};
+  GdpaRange f = {&bt, 0, e->nforward}, bw = {&bt, e->nforward, e->nlaunches};
   for (int w = 0; ok && w < WARMUPS; w++)
-    ok = run_launches(&f, err, err_size) && (!bwd || run_launches(&bw, err, err_size));
+    ok = gdpa_run_range(&f, err, err_size) && (!bwd || gdpa_run_range(&bw, err, err_size));
   ok = ok && gdpa_gpu_sync(err, err_size);
   double ms = NAN;
-  ok = ok && gdpa_gpu_time_ms(run_launches, &f, m->reps, &ms, err, err_size);
-  if (ok && bwd) ok = gdpa_gpu_time_ms(run_launches, &bw, m->reps, &t->bwd_ms, err, err_size);
+  ok = ok && gdpa_gpu_time_ms(gdpa_run_range, &f, m->reps, &ms, err, err_size);
+  if (ok && bwd) ok = gdpa_gpu_time_ms(gdpa_run_range, &bw, m->reps, &t->bwd_ms, err, err_size);
   if (ok && (isnan(t->fwd_ms[i]) || ms < t->fwd_ms[i])) t->fwd_ms[i] = ms;
   if (ok && first) {
     float *x = NULL;

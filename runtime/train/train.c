@@ -635,6 +635,24 @@ static bool guard_step(Trainer *t, const char *tensor, int64_t nan, int64_t inf,
 // A skipped step leaves the parameters, the tables and the optimizer moments as they were;
 // only AdamW's step count advances, as it does on the GPU, whose optimizer launches take the
 // training step (so a checkpoint reads the same from either backend).
+// The GPU's gradients checked for NaN and inf (gpu_session_check_finite): when a tensor holds
+// one, guard_step decides, by --on-nan, whether the run stops (false, with err) or the step is
+// skipped (*bad set).
+static bool gpu_guard_grads(Trainer *t, bool *bad, char *err, size_t err_size) {
+  int tensor = -1, slot = -1;
+  int64_t nan = 0, inf = 0, values = 0;
+  *bad = false;
+  if (!gpu_session_check_finite(t->gpu, true, &tensor, &slot, &nan, &inf, &values, err,
+                                err_size))
+    return false;
+  if (tensor < 0) return true;
+  char name[192];
+  snprintf(name, sizeof name, "grad:%s", t->ir->tensors[tensor].name);
+  if (!guard_step(t, name, nan, inf, values, err, err_size)) return false;
+  *bad = true;
+  return true;
+}
+
 static void skip_update(Trainer *t) {
   for (int i = 0; i < t->ntrained; i++)
     if (ir_grad_of(t->ir, t->trained[i].tensor) >= 0) t->trained[i].st.step++;
@@ -747,18 +765,8 @@ static bool gpu_step_checked(Trainer *t, double *loss, char *err, size_t err_siz
   if (!isfinite(l)) {
     if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
     skip = true;
-  } else {
-    int tensor = -1, slot = -1;
-    int64_t nan = 0, inf = 0, values = 0;
-    if (!gpu_session_check_finite(t->gpu, true, &tensor, &slot, &nan, &inf, &values, err,
-                                  err_size))
-      return false;
-    if (tensor >= 0) {
-      char name[192];
-      snprintf(name, sizeof name, "grad:%s", t->ir->tensors[tensor].name);
-      if (!guard_step(t, name, nan, inf, values, err, err_size)) return false;
-      skip = true;
-    }
+  } else if (!gpu_guard_grads(t, &skip, err, err_size)) {
+    return false;
   }
   if (!skip && !gpu_session_launch_update(t->gpu, t->step + 1, err, err_size)) return false;
   t->gpu_prefetched = gpu_batch_at(t, t->cursor + t->B, &ignore, err, err_size);
@@ -1190,17 +1198,9 @@ static bool dist_gpu_step(Trainer *t, double *loss, char *err, size_t err_size) 
     if (!guard_step(t, "loss", isnan(l), !isnan(l), 1, err, err_size)) return false;
     skip_update(t);
   } else if (t->opt.on_nan_skip > 0) {
-    int tensor = -1, slot = -1;
-    int64_t nan = 0, inf = 0, values = 0;
-    if (!gpu_session_check_finite(t->gpu, true, &tensor, &slot, &nan, &inf, &values, err,
-                                  err_size))
-      return false;
-    if (tensor >= 0) {
-      char name[192];
-      snprintf(name, sizeof name, "grad:%s", t->ir->tensors[tensor].name);
-      if (!guard_step(t, name, nan, inf, values, err, err_size)) return false;
-      skip_update(t);
-    }
+    bool bad = false;
+    if (!gpu_guard_grads(t, &bad, err, err_size)) return false;
+    if (bad) skip_update(t);
   }
   if (t->skipped) {
     l = NAN;
