@@ -632,9 +632,6 @@ static bool guard_step(Trainer *t, const char *tensor, int64_t nan, int64_t inf,
   return fail(err, err_size, "training diverged at step %" PRId64 ": %s; %s", step, bad, hint);
 }
 
-// A skipped step leaves the parameters, the tables and the optimizer moments as they were;
-// only AdamW's step count advances, as it does on the GPU, whose optimizer launches take the
-// training step (so a checkpoint reads the same from either backend).
 // The GPU's gradients checked for NaN and inf (gpu_session_check_finite): when a tensor holds
 // one, guard_step decides, by --on-nan, whether the run stops (false, with err) or the step is
 // skipped (*bad set).
@@ -653,6 +650,9 @@ static bool gpu_guard_grads(Trainer *t, bool *bad, char *err, size_t err_size) {
   return true;
 }
 
+// A skipped step leaves the parameters, the tables and the optimizer moments as they were;
+// only AdamW's step count advances, as it does on the GPU, whose optimizer launches take the
+// training step (so a checkpoint reads the same from either backend).
 static void skip_update(Trainer *t) {
   for (int i = 0; i < t->ntrained; i++)
     if (ir_grad_of(t->ir, t->trained[i].tensor) >= 0) t->trained[i].st.step++;
