@@ -136,7 +136,9 @@ static void pair_attention_backward(CpuExec *x) {
   }
 }
 
-CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) {
+CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) { return cpu_exec_new_windowed(ir, mode, NULL); }
+
+CpuExec *cpu_exec_new_windowed(const Ir *ir, ExecMode mode, const bool *windowed) {
   CpuExec *x = xcalloc(1, sizeof *x);
   x->ir = ir;
   x->mode = mode;
@@ -164,8 +166,11 @@ CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) {
     if (tt->kind == TENSOR_INPUT || tt->kind == TENSOR_LABEL) x->feature_of[t] = x->nfeatures++;
     TensorBuf *b = &x->buf[t];
     shape_of(x, t, 0, x->total, &b->rows, &b->width);
-    // Parameters, tables and parameter gradients have fixed sizes: allocated once, here.
-    if (tt->layout == LAYOUT_FIXED) {
+    // Parameters, tables and parameter gradients have fixed sizes: allocated once, here. A
+    // windowed table has the rows its caller gives each batch (cpu_exec_set_table_rows).
+    if (windowed && windowed[t] && tt->kind == TENSOR_TABLE) {
+      b->rows = b->numel = 0;
+    } else if (tt->layout == LAYOUT_FIXED) {
       b->numel = b->rows * b->width;
       ensure_capacity(x, t, b->numel, false);
     }
@@ -185,6 +190,11 @@ CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) {
 // --- memory needed and available ----------------------------------------------------------
 
 int64_t cpu_exec_bytes_needed(const Ir *ir, ExecMode mode, int64_t B) {
+  return cpu_exec_bytes_needed_rows(ir, mode, B, NULL);
+}
+
+int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
+                                   const int64_t *table_rows) {
   int64_t elem = mode == EXEC_F64 ? (int64_t)sizeof(double) : (int64_t)sizeof(float);
   int64_t total = 0;
   for (int i = 0; i < ir->ntensors; i++) {
@@ -195,6 +205,7 @@ int64_t cpu_exec_bytes_needed(const Ir *ir, ExecMode mode, int64_t B) {
     case LAYOUT_SET: n = sat_mul(sat_mul(B, t->set_k), w); break;
     case LAYOUT_FIXED: {
       int64_t rows = t->nfixed == 2 ? t->fixed[0] : 1;
+      if (t->kind == TENSOR_TABLE && table_rows && table_rows[i] >= 0) rows = table_rows[i];
       n = sat_mul(rows, t->nfixed == 2 ? t->fixed[1] : t->fixed[0]);
       // Optimizer state in fp32 (optim.c): tables keep one entry per row, parameters one per
       // element.
@@ -235,12 +246,18 @@ int64_t cpu_memory_available(void) {
 }
 
 bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size) {
-  int64_t need = cpu_exec_bytes_needed(ir, mode, B), have = cpu_memory_available();
+  return cpu_exec_check_fit_rows(ir, mode, B, NULL, err, err_size);
+}
+
+bool cpu_exec_check_fit_rows(const Ir *ir, ExecMode mode, int64_t B, const int64_t *table_rows,
+                             char *err, size_t err_size) {
+  int64_t need = cpu_exec_bytes_needed_rows(ir, mode, B, table_rows);
+  int64_t have = cpu_memory_available();
   if (have < 0 || need <= have) return true;
   return fail(err, err_size, "the model needs %s of memory on the CPU at batch %" PRId64
-              " (parameters, tables, their gradients and optimizer state, one batch's "
+              " (parameters, tables%s, their gradients and optimizer state, one batch's "
               "values); this machine has %s available", bytes_text(need).s, B,
-              bytes_text(have).s);
+              table_rows ? " (this rank's rows of the sharded ones)" : "", bytes_text(have).s);
 }
 
 void cpu_exec_free(CpuExec *x) {
@@ -494,6 +511,14 @@ void cpu_exec_keep_values(CpuExec *x, bool keep) {
 }
 
 // --- access -----------------------------------------------------------------------------
+
+void *cpu_exec_set_table_rows(CpuExec *x, int t, int64_t nrows) {
+  TensorBuf *b = &x->buf[t];
+  ensure_capacity(x, t, nrows * b->width, true);
+  b->rows = nrows;
+  b->numel = nrows * b->width;
+  return b->data;
+}
 
 void *cpu_exec_data(CpuExec *x, int t) {
   if (t < 0 || t >= x->ir->ntensors) return NULL;

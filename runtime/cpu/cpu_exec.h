@@ -23,6 +23,14 @@ typedef struct CpuExec CpuExec;
 // Prepares to run `ir` (forward nodes, and backward nodes when ir->nforward < ir->nnodes).
 // Allocates every parameter and table, zeroed; cpu_exec_init_params fills them.
 CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode);
+// The same, but each table t with windowed[t] holds no rows of its own: before each batch the
+// caller sizes it with cpu_exec_set_table_rows and fills those rows, and the batch's ids of
+// that table index them (a sharded table's window on a CPU rank, table_sync.h). Its
+// gradient's row ids are then window rows too. windowed may be NULL (none).
+CpuExec *cpu_exec_new_windowed(const Ir *ir, ExecMode mode, const bool *windowed);
+// A windowed table's rows for the next batch: nrows x D elements, their contents left to
+// the caller; returns them (cpu_exec_data gives the same).
+void *cpu_exec_set_table_rows(CpuExec *x, int t, int64_t nrows);
 
 // The memory a training of `ir` at batch B takes on the CPU, at least: every parameter, table
 // and parameter gradient (cpu_exec_new allocates them), their optimizer state (AdamW: m and v;
@@ -38,12 +46,22 @@ void cpu_memory_set_available(int64_t bytes);
 // in err, when cpu_exec_bytes_needed exceeds cpu_memory_available. Call it before
 // cpu_exec_new, which allocates.
 bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size);
+// The same where table t holds table_rows[t] rows (and their optimizer state) when that is
+// >= 0: a rank's windowed tables (table_sync_rows_held). table_rows may be NULL.
+int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
+                                   const int64_t *table_rows);
+bool cpu_exec_check_fit_rows(const Ir *ir, ExecMode mode, int64_t B, const int64_t *table_rows,
+                             char *err, size_t err_size);
 void cpu_exec_free(CpuExec *x);
 
 // Deterministic initialization from `seed` (cpu_init.c, docs/executor.md): tables uniform with
 // mean 0 and standard deviation 1/sqrt(D); weights uniform +-sqrt(6/(fan_in+fan_out)); biases
 // 0; gains 1; PMA seeds N(0, 0.02²). Each tensor has its own stream, keyed by its name.
 void cpu_exec_init_params(CpuExec *x, uint64_t seed);
+// The fp32 initial values cpu_exec_init_params gives rows ids[n] of table t, into out[n x D]:
+// a windowed table's owner makes its own rows without the rest.
+void cpu_init_table_rows(const Ir *ir, int t, uint64_t seed, const int64_t *ids, int64_t n,
+                         float *out);
 
 // Binds one batch (its sizes and data); the batch must outlive the next forward/backward.
 // Returns false (and writes err) when it does not match the IR: the number of jagged dims or

@@ -93,3 +93,19 @@ void cpu_exec_init_params(CpuExec *x, uint64_t seed) {
     if (k == TENSOR_PARAM || k == TENSOR_TABLE) init_tensor(x, t, seed);
   }
 }
+
+void cpu_init_table_rows(const Ir *ir, int t, uint64_t seed, const int64_t *ids, int64_t n,
+                         float *out) {
+  const Tensor *tt = &ir->tensors[t];
+  int64_t D = tt->nfixed > 1 ? tt->fixed[1] : 1;
+  double bound = sqrt(3.0 / (double)D);
+  // init_tensor's stream: one draw dropped, then one per element in row-major order. A
+  // splitmix64 state only adds a constant per draw, so element e's state is known directly.
+  const uint64_t start = seed ^ hash_name(tt->name), step = 0x9e3779b97f4a7c15ull;
+  for (int64_t i = 0; i < n; i++)
+    for (int64_t j = 0; j < D; j++) {
+      uint64_t state = start + (uint64_t)(ids[i] * D + j + 1) * step;
+      double v = bound * (2.0 * next_unit(&state) - 1.0);
+      out[i * D + j] = round_to_dtype((float)v, tt->dtype);
+    }
+}

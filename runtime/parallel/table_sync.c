@@ -21,6 +21,14 @@ typedef struct TState {
   // The reduced gradient of the rows this rank updates (table_sync_reduce).
   int64_t *ids, n, cap;
   float *g;
+  // Windowed (table_sync_windowed): this rank holds only the rows it owns, `own` [nown x dim]
+  // (row id at table_sync_local_row), and the executor a window of the batch's rows: the
+  // distinct ids `window` [nwindow], ascending, which the batch's ids index.
+  bool windowed;
+  int64_t nown;
+  float *own;
+  int64_t *window, nwindow;
+  int64_t *grad_ids, cap_grad_ids;  // the executor's gradient rows as table ids
 } TState;
 
 struct TableSync {
@@ -110,6 +118,17 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
     big->dealt = true;
   }
   free(load);
+  // A sharded table can be windowed unless one of its id features is also read by another
+  // table (its ids are rewritten to window rows).
+  for (int k = 0; k < s->nt; k++) {
+    TState *t = &s->t[k];
+    t->windowed = t->place != PLACE_REPLICATE;
+    for (int a = 0; a < t->nfeatures && t->windowed; a++)
+      for (int j = 0; j < s->nt; j++)
+        for (int b = 0; j != k && b < s->t[j].nfeatures; b++)
+          if (s->t[j].features[b] == t->features[a]) t->windowed = false;
+    if (t->windowed) t->nown = table_sync_owned_ids(s, t->tensor, s->rank, NULL);
+  }
   return s;
 }
 
@@ -119,6 +138,9 @@ void table_sync_free(TableSync *s) {
     free(s->t[k].features);
     free(s->t[k].ids);
     free(s->t[k].g);
+    free(s->t[k].own);
+    free(s->t[k].window);
+    free(s->t[k].grad_ids);
   }
   free(s->t);
   free(s->send_counts);
@@ -243,44 +265,115 @@ static void by_owner(TableSync *s, const TState *t, const int64_t *ids, int64_t 
   free(at);
 }
 
-bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_t err_size) {
+// The row of `own` that holds id, which this rank owns.
+static int64_t local_row(const TableSync *s, const TState *t, int64_t id) {
+  return t->place == PLACE_TABLE ? id : id / s->world;
+}
+
+// Rows want[m] of table t (ordered by owner, send_counts set by by_owner) from their owners,
+// into *got [m x dim] (caller frees); meanwhile this rank answers what the others ask of it,
+// from `own` (windowed) or the executor's whole table.
+static bool ask_rows(TableSync *s, TState *t, CpuExec *x, const int64_t *want, int64_t m,
+                     float **got, char *err, size_t err_size) {
+  bool ok = exchange_counts(s, "table row counts", err, err_size);
+  int64_t nask = ok ? sum_counts(s->recv_counts, s->world) : 0;
+  int64_t *asked = xcalloc((size_t)nask + 1, sizeof *asked);
+  ok = ok && exchange(s, COMM_I64, want, asked, 1, "table row ids", err, err_size);
+  const float *w = t->windowed ? t->own : cpu_exec_data(x, t->tensor);
+  float *give = xcalloc((size_t)(nask * t->dim) + 1, sizeof *give);
+  for (int64_t i = 0; ok && i < nask; i++) {
+    if (asked[i] < 0 || asked[i] >= t->rows || owner_of(s, t, asked[i]) != s->rank) {
+      ok = fail(err, err_size, "internal error: rank %d was asked for row %" PRId64 " of "
+                "table '%s', which it does not own", s->rank, asked[i],
+                s->ir->tensors[t->tensor].name);
+      break;
+    }
+    int64_t row = t->windowed ? local_row(s, t, asked[i]) : asked[i];
+    memcpy(give + i * t->dim, w + row * t->dim, (size_t)t->dim * sizeof *give);
+  }
+  *got = xcalloc((size_t)(m * t->dim) + 1, sizeof **got);
+  // The answers travel back: what this rank was asked is what it sends.
+  int64_t *swap = s->send_counts;
+  s->send_counts = s->recv_counts;
+  s->recv_counts = swap;
+  ok = ok && exchange(s, COMM_F32, give, *got, t->dim, "table rows", err, err_size);
+  free(asked);
+  free(give);
+  return ok;
+}
+
+// The index of id in ids[n] (ascending, and holding it).
+static int64_t index_of(const int64_t *ids, int64_t n, int64_t id) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if (ids[mid] < id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// A windowed table's window for batch b: its distinct ids, their rows in the executor (this
+// rank's own from `own`, the others fetched), and b's ids of it rewritten to window rows.
+static bool fetch_window(TableSync *s, TState *t, CpuExec *x, Batch *b, char *err,
+                         size_t err_size) {
+  int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
+  free(t->window);
+  t->window = all;
+  t->nwindow = n;
+  float *w = cpu_exec_set_table_rows(x, t->tensor, n);
+  int64_t *pos = xcalloc((size_t)n + 1, sizeof *pos), *theirs = xcalloc((size_t)n + 1, sizeof *theirs);
+  for (int64_t i = 0; i < n; i++) {
+    if (owner_of(s, t, all[i]) == s->rank) {
+      memcpy(w + i * t->dim, t->own + local_row(s, t, all[i]) * t->dim,
+             (size_t)t->dim * sizeof *w);
+    } else {
+      pos[m] = i;
+      theirs[m++] = all[i];
+    }
+  }
+  int64_t *want = xcalloc((size_t)m + 1, sizeof *want), *perm = xcalloc((size_t)m + 1, sizeof *perm);
+  by_owner(s, t, theirs, m, want, perm);
+  float *got = NULL;
+  bool ok = ask_rows(s, t, x, want, m, &got, err, err_size);
+  for (int64_t i = 0; ok && i < m; i++)
+    memcpy(w + pos[i] * t->dim, got + perm[i] * t->dim, (size_t)t->dim * sizeof *w);
+  for (int k = 0; ok && k < t->nfeatures; k++) {
+    const Feature *f = &s->schema->features[t->features[k]];
+    int64_t cnt = (f->jag >= 0 ? b->total[f->jag] : b->B) * f->width;
+    int64_t *ids = b->ids[t->features[k]];
+    for (int64_t r = 0; r < cnt; r++) ids[r] = index_of(all, n, ids[r]);
+  }
+  free(pos);
+  free(theirs);
+  free(want);
+  free(perm);
+  free(got);
+  return ok;
+}
+
+bool table_sync_fetch(TableSync *s, CpuExec *x, Batch *b, char *err, size_t err_size) {
   double t0 = monotonic_seconds();
   bool ok = true;
   for (int k = 0; ok && k < s->nt; k++) {
     TState *t = &s->t[k];
     if (t->place == PLACE_REPLICATE) continue;
+    if (t->windowed) {
+      ok = fetch_window(s, t, x, b, err, err_size);
+      continue;
+    }
     int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
     for (int64_t i = 0; i < n; i++)  // the ids this rank does not own
       if (owner_of(s, t, all[i]) != s->rank) all[m++] = all[i];
     int64_t *want = xcalloc((size_t)m + 1, sizeof *want);
     by_owner(s, t, all, m, want, NULL);
-    ok = exchange_counts(s, "table row counts", err, err_size);
-    int64_t nask = ok ? sum_counts(s->recv_counts, s->world) : 0;
-    int64_t *asked = xcalloc((size_t)nask + 1, sizeof *asked);
-    ok = ok && exchange(s, COMM_I64, want, asked, 1, "table row ids", err, err_size);
+    float *got = NULL;
+    ok = ask_rows(s, t, x, want, m, &got, err, err_size);
     float *w = cpu_exec_data(x, t->tensor);
-    float *give = xcalloc((size_t)(nask * t->dim) + 1, sizeof *give);
-    for (int64_t i = 0; ok && i < nask; i++) {
-      if (asked[i] < 0 || asked[i] >= t->rows || owner_of(s, t, asked[i]) != s->rank) {
-        ok = fail(err, err_size, "internal error: rank %d was asked for row %" PRId64 " of "
-                  "table '%s', which it does not own", s->rank, asked[i],
-                  s->ir->tensors[t->tensor].name);
-        break;
-      }
-      memcpy(give + i * t->dim, w + asked[i] * t->dim, (size_t)t->dim * sizeof *give);
-    }
-    float *got = xcalloc((size_t)(m * t->dim) + 1, sizeof *got);
-    // The answers travel back: what this rank was asked is what it sends.
-    int64_t *swap = s->send_counts;
-    s->send_counts = s->recv_counts;
-    s->recv_counts = swap;
-    ok = ok && exchange(s, COMM_F32, give, got, t->dim, "table rows", err, err_size);
     for (int64_t i = 0; ok && i < m; i++)
       memcpy(w + want[i] * t->dim, got + i * t->dim, (size_t)t->dim * sizeof *got);
     free(all);
     free(want);
-    free(asked);
-    free(give);
     free(got);
   }
   s->seconds += monotonic_seconds() - t0;
@@ -387,8 +480,18 @@ bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t
   for (int k = 0; ok && k < s->nt; k++) {
     int64_t n = 0;
     const int64_t *ids = NULL;
-    const float *g = cpu_exec_grad(x, s->t[k].tensor, &n, &ids);
-    ok = reduce_rows(s, &s->t[k], ids, g, n, share, err, err_size);
+    TState *t = &s->t[k];
+    const float *g = cpu_exec_grad(x, t->tensor, &n, &ids);
+    if (g && t->windowed) {  // window rows to table ids (ascending, as the window is)
+      if (n > t->cap_grad_ids) {
+        free(t->grad_ids);
+        t->cap_grad_ids = n;
+        t->grad_ids = xcalloc((size_t)n, sizeof *t->grad_ids);
+      }
+      for (int64_t i = 0; i < n; i++) t->grad_ids[i] = t->window[ids[i]];
+      ids = t->grad_ids;
+    }
+    ok = reduce_rows(s, t, ids, g, n, share, err, err_size);
   }
   s->seconds += monotonic_seconds() - t0;
   return ok;
@@ -423,6 +526,53 @@ int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *i
   for (int64_t id = first; id < t->rows; id += stride, n++)
     if (ids) ids[n] = id;
   return n;
+}
+
+void table_sync_windowed(const TableSync *s, bool *windowed) {
+  for (int k = 0; k < s->nt; k++) windowed[s->t[k].tensor] = s->t[k].windowed;
+}
+
+float *table_sync_own_rows(const TableSync *s, int table, int64_t *nown) {
+  const TState *t = find(s, table);
+  if (nown) *nown = t && t->windowed ? t->nown : 0;
+  return t && t->windowed ? t->own : NULL;
+}
+
+int64_t table_sync_local_row(const TableSync *s, int table, int64_t id) {
+  const TState *t = find(s, table);
+  if (!t || !t->windowed || id < 0 || id >= t->rows || owner_of(s, t, id) != s->rank) return -1;
+  return local_row(s, t, id);
+}
+
+void table_sync_init_rows(TableSync *s, uint64_t seed) {
+  for (int k = 0; k < s->nt; k++) {
+    TState *t = &s->t[k];
+    if (!t->windowed) continue;
+    free(t->own);
+    t->own = xcalloc((size_t)(t->nown * t->dim) + 1, sizeof *t->own);
+    // In slices, so that the ids cost no more than a slice's rows.
+    enum { SLICE = 4096 };
+    int64_t ids[SLICE];
+    for (int64_t from = 0; from < t->nown; from += SLICE) {
+      int64_t n = t->nown - from < SLICE ? t->nown - from : SLICE;
+      for (int64_t i = 0; i < n; i++)
+        ids[i] = t->place == PLACE_TABLE ? from + i : (from + i) * s->world + s->rank;
+      cpu_init_table_rows(s->ir, t->tensor, seed, ids, n, t->own + from * t->dim);
+    }
+  }
+}
+
+int64_t table_sync_rows_held(const TableSync *s, int table, int64_t B) {
+  const TState *t = find(s, table);
+  if (!t || !t->windowed) return -1;
+  int64_t most = 0;  // the most distinct ids a batch of B can read: its occurrences
+  for (int k = 0; k < t->nfeatures; k++) {
+    const Feature *f = &s->schema->features[t->features[k]];
+    int64_t per = f->jag >= 0 ? f->max_len : 1;
+    most += B * per * f->width;
+    if (most > t->rows) break;
+  }
+  return t->nown + (most < t->rows ? most : t->rows);
 }
 
 double table_sync_seconds(const TableSync *s) { return s->seconds; }

@@ -44,7 +44,9 @@ bool table_sync_any_sharded(const TableSync *s);
 
 // Before a forward on `b` (this rank's examples): the rows of sharded tables that b reads and
 // this rank does not own, from their owners, into the executor's tables.
-bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, char *err, size_t err_size);
+// A windowed table (below) gets the executor rows of b's distinct ids instead, and b's ids
+// of it are rewritten to those rows.
+bool table_sync_fetch(TableSync *s, CpuExec *x, Batch *b, char *err, size_t err_size);
 // After the backward: the global gradient of the rows this rank updates (share: this rank's
 // examples / B). table_sync_grad then gives them for a table.
 bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size);
@@ -57,6 +59,23 @@ bool table_sync_reduce_rows(TableSync *s, int table, const int64_t *ids, const f
 // The rows of `table` that `rank` owns, ascending, into ids (NULL: only count them); 0 for a
 // replicated table.
 int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *ids);
+// Windowed tables (CPU ranks): a sharded table whose id features no other table reads is
+// held by each rank as its own rows only, 1/world of a row-wise table, the whole table on its
+// owner and nothing elsewhere for a table-wise one, and the executor gets each batch's rows
+// (cpu_exec_new_windowed). table_sync_windowed sets windowed[t] for them ([ir->ntensors]).
+void table_sync_windowed(const TableSync *s, bool *windowed);
+// Allocates each windowed table's own rows and gives them their initial values
+// (cpu_init_table_rows, the same values a whole table gets from `seed`).
+void table_sync_init_rows(TableSync *s, uint64_t seed);
+// A windowed table's own rows ([*nown x dim], row of id at table_sync_local_row); NULL (and
+// *nown 0) for any other table.
+float *table_sync_own_rows(const TableSync *s, int table, int64_t *nown);
+// The row of own rows that holds id; -1 when the table is not windowed or this rank does not
+// own id.
+int64_t table_sync_local_row(const TableSync *s, int table, int64_t id);
+// The rows a windowed table costs this rank at batch B: its own plus the most a batch's
+// window can hold; -1 for any other table (held whole).
+int64_t table_sync_rows_held(const TableSync *s, int table, int64_t B);
 // Seconds this step spent in the table collectives.
 double table_sync_seconds(const TableSync *s);
 // The sharded tables' all-to-alls so far: the bytes this rank sent to other ranks over the

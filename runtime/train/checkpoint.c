@@ -416,10 +416,25 @@ bool checkpoint_read(CkptFile *x, uint64_t model_key, const CkptEntry *e, int n,
     if (e[i].check != CKPT_ANY)
       ok = check_floats(x, index_find(x, e[i].name), e[i].check, err, err_size);
   for (int i = 0; ok && i < n; i++) {
+    if (!e[i].data) continue;  // checked only: the caller reads it with checkpoint_read_slice
     int k = index_find(x, e[i].name);
     ok = read_exact(x, e[i].data, e[i].size, x->offsets[k], err, err_size);
   }
   return ok;
+}
+
+bool checkpoint_read_slice(CkptFile *x, const char *name, uint64_t offset, void *data,
+                           size_t size, char *err, size_t err_size) {
+  int k = index_find(x, name);
+  if (k < 0)
+    return fail(err, err_size, "checkpoint %s has no entry '%s' (written by another version "
+                "of the training loop?)", x->path, name);
+  if (offset > x->sizes[k] || size > x->sizes[k] - offset)
+    return fail(err, err_size, "checkpoint %s: entry '%s' has %llu bytes, not the %llu from "
+                "byte %llu asked for (other shapes)", x->path, name,
+                (unsigned long long)x->sizes[k], (unsigned long long)size,
+                (unsigned long long)offset);
+  return read_exact(x, data, size, x->offsets[k] + offset, err, err_size);
 }
 
 bool checkpoint_read_entry(CkptFile *x, const char *name, void *data, size_t size, char *err,

@@ -68,8 +68,12 @@ typedef struct CkptFile CkptFile;
 CkptFile *checkpoint_open(const char *dir, CkptInfo *info, char *err, size_t err_size);
 CkptFile *checkpoint_open_named(const char *dir, const char *file, CkptInfo *info, char *err,
                                 size_t err_size);
+// An entry with data NULL is checked (present, its size, its CkptCheck) but not read.
 bool checkpoint_read(CkptFile *f, uint64_t model_key, const CkptEntry *e, int n, char *err,
                      size_t err_size);
+// Bytes [offset, offset + size) of one entry (a rank's rows of a table held whole in the file).
+bool checkpoint_read_slice(CkptFile *f, const char *name, uint64_t offset, void *data,
+                           size_t size, char *err, size_t err_size);
 // One entry alone, of exactly `size` bytes (to validate small fields before checkpoint_read).
 bool checkpoint_read_entry(CkptFile *f, const char *name, void *data, size_t size, char *err,
                            size_t err_size);

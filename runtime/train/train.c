@@ -209,7 +209,11 @@ static void setup_optimizers(Trainer *t) {
     if (p->table) {
       p->rows = x->fixed[0];
       p->dim = x->nfixed > 1 ? x->fixed[1] : 1;
-      optim_state_init(&p->st, table_override(x->optim, &t->opt.optim), p->rows, p->dim);
+      // A windowed table's state covers this rank's own rows (table_sync_own_rows).
+      int64_t nown = 0;
+      bool windowed = t->tables && table_sync_own_rows(t->tables, i, &nown) != NULL;
+      optim_state_init(&p->st, table_override(x->optim, &t->opt.optim),
+                       windowed ? nown : p->rows, p->dim);
     } else {
       optim_state_init(&p->st, dense_override(x->optim, &t->opt.optim), p->numel, 0);
     }
@@ -328,14 +332,33 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
   ir->batch = t->B;
   schema_from_ir(ir, &t->schema);
 
+  // CPU ranks place the tables first: each holds only its own rows of a sharded table
+  // (table_sync_windowed), and the memory check counts those.
+  bool *windowed = NULL;
+  int64_t *held = NULL;
+  if (o->comm && !o->cuda && comm_world(o->comm) > 1) {
+    TablePlacement *none = o->placement ? NULL : xcalloc((size_t)ir->ntensors + 1, sizeof *none);
+    t->tables = table_sync_new(o->comm, ir, &t->schema, none ? none : o->placement);
+    free(none);
+    windowed = xcalloc((size_t)ir->ntensors + 1, sizeof *windowed);
+    held = xcalloc((size_t)ir->ntensors + 1, sizeof *held);
+    table_sync_windowed(t->tables, windowed);
+    for (int i = 0; i < ir->ntensors; i++) held[i] = table_sync_rows_held(t->tables, i, t->B);
+  }
   // Both backends start from the CPU executor's parameters: refuse a model that cannot fit
   // before allocating anything large.
-  if (!cpu_exec_check_fit(ir, EXEC_F32, t->B, err, err_size)) {
+  if (!cpu_exec_check_fit_rows(ir, EXEC_F32, t->B, held, err, err_size)) {
+    table_sync_free(t->tables);
+    free(windowed);
+    free(held);
     free(t);
     return NULL;
   }
-  t->x = cpu_exec_new(ir, EXEC_F32);
+  t->x = cpu_exec_new_windowed(ir, EXEC_F32, windowed);
+  free(windowed);
+  free(held);
   cpu_exec_init_params(t->x, o->seed);
+  if (t->tables) table_sync_init_rows(t->tables, o->seed);
   setup_optimizers(t);
   batch_alloc(&t->batch, &t->schema, t->B);
   bool ok = setup_tasks(t, err, err_size);
@@ -707,9 +730,11 @@ bool trainer_check_finite(Trainer *t, char *err, size_t err_size) {
   }
   for (int i = 0; !t->gpu && !bad && i < t->ntrained; i++) {
     const Trained *p = &t->trained[i];
-    const float *arrays[3] = {cpu_exec_data(t->x, p->tensor), p->st.m ? p->st.m : p->st.rowsum,
-                              p->st.v};
-    int64_t lens[3] = {p->numel, p->st.n, p->st.n};
+    int64_t nown = 0;
+    const float *own = t->tables ? table_sync_own_rows(t->tables, p->tensor, &nown) : NULL;
+    const float *arrays[3] = {own ? own : cpu_exec_data(t->x, p->tensor),
+                              p->st.m ? p->st.m : p->st.rowsum, p->st.v};
+    int64_t lens[3] = {own ? nown * p->dim : p->numel, p->st.n, p->st.n};
     for (int k = 0; !bad && k < 3; k++) {
       if (!arrays[k]) continue;
       nan = inf = 0;
@@ -971,7 +996,7 @@ static bool dist_setup(Trainer *t, char *err, size_t err_size) {
   // GPU ranks keep every table whole (in a world of one every placement is that).
   TablePlacement *all = NULL;
   if (!t->opt.placement || t->gpu) all = xcalloc((size_t)t->ir->ntensors + 1, sizeof *all);
-  t->tables = table_sync_new(c, t->ir, &t->schema, all ? all : t->opt.placement);
+  if (!t->tables) t->tables = table_sync_new(c, t->ir, &t->schema, all ? all : t->opt.placement);
   free(all);
   if (!t->gpu) cpu_exec_set_backward_hook(t->x, dist_backward_hook, t);
   return true;
@@ -1025,8 +1050,19 @@ static bool dist_apply(Trainer *t, char *err, size_t err_size) {
       const float *g;
       int64_t nrows;
       table_sync_grad(t->tables, p->tensor, &ids, &g, &nrows);
+      int64_t nown;
+      float *own = table_sync_own_rows(t->tables, p->tensor, &nown);
+      int64_t *local = NULL;
+      if (own) {  // this rank's rows, at their places in its own rows
+        local = xcalloc((size_t)nrows + 1, sizeof *local);
+        for (int64_t k = 0; k < nrows; k++)
+          local[k] = table_sync_local_row(t->tables, p->tensor, ids[k]);
+        w = own;
+        ids = local;
+      }
       if (ir_grad_of(t->ir, p->tensor) >= 0)
         optim_step_rows(&p->st, w, ids, g, nrows, t->ir->tensors[p->tensor].dtype);
+      free(local);
     } else if (!zero) {
       const float *g = cpu_exec_grad(t->x, p->tensor, NULL, NULL);
       if (g) optim_step_dense(&p->st, w, g, p->numel);
@@ -1531,7 +1567,25 @@ static void entries_take_parts(Trainer *t, const Entries *s) {
 
 // Lists the state; `nsteps` and `ncurve` size the histories (the trainer's own when saving,
 // the checkpoint's when loading into `losses` and s->curve).
-static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps, int ncurve) {
+// A windowed table (table_sync_windowed) is not held whole: a save writes it as parts (each
+// rank its own rows, list_parts), and a resume takes this rank's rows from a whole entry of the
+// file (info) if it has one (read_own_rows), and from the parts. `info`: the file a resume
+// reads (NULL when saving): a table's whole entries are listed only where it has them, and a
+// windowed table's and the parts (read by read_parts) without a buffer, so that they are
+// checked but not read.
+static float *own_rows(const Trainer *t, const Trained *p, int64_t *nown) {
+  *nown = 0;
+  return p->table && t->tables ? table_sync_own_rows(t->tables, p->tensor, nown) : NULL;
+}
+
+static bool file_has(const CkptInfo *info, const char *kind, const char *name) {
+  char entry[4200];
+  snprintf(entry, sizeof entry, "%s:%s", kind, name);
+  return checkpoint_info_size(info, entry) >= 0;
+}
+
+static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps, int ncurve,
+                         const CkptInfo *info) {
   memset(s, 0, sizeof *s);
   s->steps = xcalloc((size_t)t->ntrained + 1, sizeof *s->steps);
   s->full = xcalloc((size_t)t->ntrained + 1, sizeof *s->full);
@@ -1540,8 +1594,13 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
     Trained *p = &t->trained[i];
     const char *name = t->ir->tensors[p->tensor].name;
     size_t bytes = (size_t)p->st.n * sizeof(float);
-    add_entry(s, p->table ? "table" : "param", name, cpu_exec_data(t->x, p->tensor),
-              (size_t)p->numel * sizeof(float), CKPT_FINITE);
+    int64_t nown;
+    bool windowed = own_rows(t, p, &nown) != NULL;
+    bool whole = info ? !p->table || file_has(info, "table", name) : !windowed;
+    if (whole)
+      add_entry(s, p->table ? "table" : "param", name,
+                windowed ? NULL : cpu_exec_data(t->x, p->tensor),
+                (size_t)p->numel * sizeof(float), CKPT_FINITE);
     s->steps[i] = p->st.step;
     add_entry(s, "optim.step", name, &s->steps[i], sizeof s->steps[i], CKPT_ANY);
     float *m = p->st.m, *v = p->st.v;
@@ -1556,8 +1615,19 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
     }
     if (m) add_entry(s, "adamw.m", name, m, bytes, CKPT_FINITE);
     if (v) add_entry(s, "adamw.v", name, v, bytes, CKPT_FINITE_NONNEG);
-    if (p->st.rowsum)
-      add_entry(s, "adagrad.rowsum", name, p->st.rowsum, bytes, CKPT_FINITE_NONNEG);
+    // (a windowed table may hold no rows here, and then has no sums either)
+    if (info ? file_has(info, "adagrad.rowsum", name) &&
+                   p->st.cfg.kind == OPTIM_ROWWISE_ADAGRAD
+             : p->st.rowsum && !windowed)
+      add_entry(s, "adagrad.rowsum", name, windowed ? NULL : p->st.rowsum,
+                (size_t)p->rows * sizeof(float), CKPT_FINITE_NONNEG);
+  }
+  for (int k = 0; info && k < info->nentries; k++) {
+    const char *e = info->names[k], *colon = strchr(e, ':');
+    if (strncmp(e, "part.", 5) != 0 || !colon || colon - e >= 64) continue;
+    char kind[64];
+    snprintf(kind, sizeof kind, "%.*s", (int)(colon - e), e);
+    add_entry(s, kind, colon + 1, NULL, info->sizes[k], CKPT_ANY);
   }
   add_entry(s, "train.counters", "", s->counters, sizeof s->counters, CKPT_ANY);
   add_entry(s, "train.losses", "", losses, (size_t)nsteps * sizeof *losses, CKPT_ANY);
@@ -1612,7 +1682,7 @@ static bool gpu_state_from_host(Trainer *t, const char *dir, char *err, size_t e
 
 // The entries of a whole checkpoint, counters and curve filled in.
 static void whole_entries(Trainer *t, Entries *s) {
-  list_entries(t, s, t->losses, t->step, t->ncurve);
+  list_entries(t, s, t->losses, t->step, t->ncurve, NULL);
   s->counters[0] = t->cursor;
   s->counters[1] = t->B;
   s->counters[2] = (int64_t)t->opt.seed;
@@ -1676,31 +1746,40 @@ static void parts_free(Parts *p) {
   entries_free(&p->s);
 }
 
-static void list_parts(Trainer *t, Parts *p) {
-  memset(p, 0, sizeof *p);
+// The parts this rank owns into p->s (added to what is there): every one, or (rank 0, whose
+// shard holds the rest whole) only those of windowed tables.
+static void list_parts(Trainer *t, Parts *p, bool windowed_only) {
   int rank = comm_rank(t->comm), di = 0;
   for (int i = 0; i < t->ntrained; i++) {
     Trained *q = &t->trained[i];
     const char *name = t->ir->tensors[q->tensor].name;
-    if (q->table) {
+    int64_t nown;
+    float *own = own_rows(t, q, &nown);
+    if (q->table && (own || !windowed_only)) {
       int64_t n = table_sync_owned_ids(t->tables, q->tensor, rank, NULL);
       if (n == 0) continue;
       int64_t *ids = parts_alloc(p, (size_t)n * sizeof *ids);
       table_sync_owned_ids(t->tables, q->tensor, rank, ids);
-      float *rows = parts_alloc(p, (size_t)(n * q->dim) * sizeof *rows);
-      const float *w = cpu_exec_data(t->x, q->tensor);
-      for (int64_t k = 0; k < n; k++)
-        memcpy(rows + k * q->dim, w + ids[k] * q->dim, (size_t)q->dim * sizeof *rows);
+      // A windowed table's own rows are its owned ids' rows in order (table_sync_local_row).
+      float *rows = own, *sums = own ? q->st.rowsum : NULL;
+      if (!own) {
+        rows = parts_alloc(p, (size_t)(n * q->dim) * sizeof *rows);
+        const float *w = cpu_exec_data(t->x, q->tensor);
+        for (int64_t k = 0; k < n; k++)
+          memcpy(rows + k * q->dim, w + ids[k] * q->dim, (size_t)q->dim * sizeof *rows);
+      }
       add_entry(&p->s, "part.ids", name, ids, (size_t)n * sizeof *ids, CKPT_ANY);
       add_entry(&p->s, "part.table", name, rows, (size_t)(n * q->dim) * sizeof *rows,
                 CKPT_FINITE);
       if (q->st.rowsum) {
-        float *sums = parts_alloc(p, (size_t)n * sizeof *sums);
-        for (int64_t k = 0; k < n; k++) sums[k] = q->st.rowsum[ids[k]];
+        if (!sums) {
+          sums = parts_alloc(p, (size_t)n * sizeof *sums);
+          for (int64_t k = 0; k < n; k++) sums[k] = q->st.rowsum[ids[k]];
+        }
         add_entry(&p->s, "part.adagrad.rowsum", name, sums, (size_t)n * sizeof *sums,
                   CKPT_FINITE_NONNEG);
       }
-    } else if (ir_grad_of(t->ir, q->tensor) >= 0) {
+    } else if (!q->table && !windowed_only && ir_grad_of(t->ir, q->tensor) >= 0) {
       int64_t from, n = dense_sync_owned(t->dense, di++, &from);
       if (n == 0 || !q->st.m) continue;
       int64_t *range = parts_alloc(p, 2 * sizeof *range);
@@ -1730,15 +1809,18 @@ static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   checkpoint_shard_file(file, sizeof file, &set, rank);
   bool ok;
   if (rank == 0) {
-    Entries s;
-    whole_entries(t, &s);
-    ok = checkpoint_save_named(dir, file, t->ir->model, t->key, t->step, s.e, s.n, err,
+    Parts p;
+    memset(&p, 0, sizeof p);
+    whole_entries(t, &p.s);
+    list_parts(t, &p, true);
+    ok = checkpoint_save_named(dir, file, t->ir->model, t->key, t->step, p.s.e, p.s.n, err,
                                err_size);
-    entries_free(&s);
+    parts_free(&p);
   } else {
     // No history here: the header's step is 0 and the step is an entry (as in the manifest).
     Parts p;
-    list_parts(t, &p);
+    memset(&p, 0, sizeof p);
+    list_parts(t, &p, false);
     int64_t step = t->step;
     add_entry(&p.s, "set.step", "", &step, sizeof step, CKPT_ANY);
     ok = checkpoint_save_named(dir, file, t->ir->model, t->key, 0, p.s.e, p.s.n, err,
@@ -1761,17 +1843,19 @@ static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
 }
 
 // Puts the parts of shards 1 .. world - 1 of the set over the state read from shard 0.
+// covered[i]: rows of trained table i put in place (counted up).
 static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const Entries *s,
-                       char *err, size_t err_size) {
+                       int64_t *covered, char *err, size_t err_size) {
   bool ok = true;
-  for (int r = 1; ok && r < set->world; r++) {
+  for (int r = 0; ok && r < set->world; r++) {  // shard 0 has parts of windowed tables
     char file[96];
     checkpoint_shard_file(file, sizeof file, set, r);
     CkptInfo info;
     CkptFile *f = checkpoint_open_named(dir, file, &info, err, err_size);
     if (!f) return false;
     int64_t step = -1;
-    ok = checkpoint_read_entry(f, "set.step", &step, sizeof step, err, err_size);
+    if (r == 0) step = set->step;  // shard 0's step is its header's, checked before
+    else ok = checkpoint_read_entry(f, "set.step", &step, sizeof step, err, err_size);
     if (ok && (info.model_key != t->key || step != set->step))
       ok = fail(err, err_size, "%s/%s belongs to another model or step than its manifest; "
                 "refused", dir, file);
@@ -1808,10 +1892,16 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const En
         ok = ok && (!q->st.rowsum ||
                     checkpoint_read_entry(f, name, sums, (size_t)n * sizeof *sums, err,
                                           err_size));
-        float *w = cpu_exec_data(t->x, q->tensor);
+        int64_t nown;
+        float *own = own_rows(t, q, &nown);
+        float *w = own ? own : cpu_exec_data(t->x, q->tensor);
         for (int64_t i = 0; ok && i < n; i++) {
-          memcpy(w + ids[i] * q->dim, rows + i * q->dim, (size_t)q->dim * sizeof *rows);
-          if (q->st.rowsum) q->st.rowsum[ids[i]] = sums[i];
+          // A windowed table takes the rows this rank owns and leaves the rest to theirs.
+          int64_t row = own ? table_sync_local_row(t->tables, q->tensor, ids[i]) : ids[i];
+          if (row < 0) continue;
+          memcpy(w + row * q->dim, rows + i * q->dim, (size_t)q->dim * sizeof *rows);
+          if (q->st.rowsum) q->st.rowsum[row] = sums[i];
+          covered[qi]++;
         }
         free(ids);
         free(rows);
@@ -1888,6 +1978,40 @@ static bool resume_validate(Trainer *t, CkptFile *f, const CkptInfo *info, int *
   return true;
 }
 
+// A windowed table's own rows (and Adagrad sums) from the file's whole entries, in slices of
+// rows, so that the whole table is never in memory (nothing to do for any other table: its
+// whole entries were read into it).
+static bool read_own_rows(Trainer *t, CkptFile *f, Trained *p, char *err, size_t err_size) {
+  int64_t nown;
+  float *own = own_rows(t, p, &nown);
+  if (!own) return true;
+  const char *name = t->ir->tensors[p->tensor].name;
+  char table[4200], sums[4200];
+  snprintf(table, sizeof table, "table:%s", name);
+  snprintf(sums, sizeof sums, "adagrad.rowsum:%s", name);
+  enum { SLICE = 1024 };
+  float *rows = xcalloc((size_t)(SLICE * p->dim) + 1, sizeof *rows);
+  float rowsum[SLICE];
+  bool ok = true;
+  for (int64_t from = 0; ok && from < p->rows; from += SLICE) {
+    int64_t n = p->rows - from < SLICE ? p->rows - from : SLICE, mine = 0;
+    for (int64_t i = 0; i < n; i++) mine += table_sync_local_row(t->tables, p->tensor, from + i) >= 0;
+    if (mine == 0) continue;  // a table-wise table this rank does not hold: nothing to read
+    ok = checkpoint_read_slice(f, table, (uint64_t)(from * p->dim) * sizeof(float), rows,
+                               (size_t)(n * p->dim) * sizeof(float), err, err_size) &&
+         (!p->st.rowsum || checkpoint_read_slice(f, sums, (uint64_t)from * sizeof(float), rowsum,
+                                                 (size_t)n * sizeof(float), err, err_size));
+    for (int64_t i = 0; ok && i < n; i++) {
+      int64_t row = table_sync_local_row(t->tables, p->tensor, from + i);
+      if (row < 0) continue;
+      memcpy(own + row * p->dim, rows + i * p->dim, (size_t)p->dim * sizeof *rows);
+      if (p->st.rowsum) p->st.rowsum[row] = rowsum[i];
+    }
+  }
+  free(rows);
+  return ok;
+}
+
 // Reads what checkpoint_set_find chose: DIR/checkpoint.gemc (kind 0) or the set (kind 1).
 static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *set, char *err,
                         size_t err_size) {
@@ -1908,16 +2032,24 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
   int64_t nsteps = info.step;
   int ncurve = 0;
   bool ok = resume_validate(t, f, &info, &ncurve, err, err_size);
-  checkpoint_info_free(&info);
   if (!ok) {
+    checkpoint_info_free(&info);
     checkpoint_close(f);
     return false;
   }
 
   double *losses = xcalloc((size_t)nsteps, sizeof *losses);
   Entries s;
-  list_entries(t, &s, losses, nsteps, ncurve);
+  list_entries(t, &s, losses, nsteps, ncurve, &info);
+  // Which tables the file holds whole; the others come from parts, which must cover them.
+  bool *whole = xcalloc((size_t)t->ntrained + 1, sizeof *whole);
+  int64_t *covered = xcalloc((size_t)t->ntrained + 1, sizeof *covered);
+  for (int i = 0; i < t->ntrained; i++)
+    whole[i] = file_has(&info, "table", t->ir->tensors[t->trained[i].tensor].name);
+  checkpoint_info_free(&info);
   ok = checkpoint_read(f, t->key, s.e, s.n, err, err_size);
+  for (int i = 0; ok && i < t->ntrained; i++)
+    if (whole[i]) ok = read_own_rows(t, f, &t->trained[i], err, err_size);
   for (int i = 0; ok && i < ncurve; i++) {
     const double r0 = s.curve[6 * i];
     if (!(r0 >= 0 && r0 <= (double)nsteps && r0 == floor(r0)))
@@ -1925,7 +2057,19 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
                 "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
   }
   checkpoint_close(f);
-  if (ok && kind == 1) ok = read_parts(t, dir, set, &s, err, err_size);
+  if (ok && kind == 1) ok = read_parts(t, dir, set, &s, covered, err, err_size);
+  for (int i = 0; ok && i < t->ntrained; i++) {
+    const Trained *p = &t->trained[i];
+    int64_t nown;
+    bool windowed = own_rows(t, p, &nown) != NULL;
+    int64_t want = windowed ? nown : p->rows;
+    if (p->table && !whole[i] && covered[i] != want)
+      ok = fail(err, err_size, "checkpoint in %s is corrupt: table '%s' is neither whole in it "
+                "nor in parts that cover its rows (%" PRId64 " of %" PRId64 " rows found)",
+                dir, t->ir->tensors[p->tensor].name, covered[i], want);
+  }
+  free(whole);
+  free(covered);
   if (ok) entries_take_parts(t, &s);
   if (ok) {
     free(t->losses);
