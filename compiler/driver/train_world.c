@@ -159,7 +159,7 @@ bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *s, bool print) 
          "GB/s bus bandwidth", 100 * s->local_mfu, s->scaling_ratio, 100 * s->e2e_mfu,
          s->allreduce_gbps);
   if (s->alltoall_gbps > 0) printf("; tables' all-to-all %.3f GB/s", s->alltoall_gbps);
-  printf("\n");
+  printf("\n  peak memory of a rank: %.1f MiB\n", s->max_rss_mib);
   fflush(stdout);
   return true;
 }

@@ -171,9 +171,12 @@ void table_sync_describe(const TableSync *s, char *buf, size_t size) {
   for (int k = 0; k < s->nt && at < size; k++) {
     const TState *t = &s->t[k];
     char where[64];
-    if (t->place == PLACE_ROW) snprintf(where, sizeof where, "row-wise over %d ranks", s->world);
+    if (t->place == PLACE_ROW)
+      snprintf(where, sizeof where, "row-wise over %d ranks%s", s->world,
+               t->windowed ? ", each holding its rows only" : "");
     else if (t->place == PLACE_TABLE)
-      snprintf(where, sizeof where, "table-wise, on rank %d", t->owner);
+      snprintf(where, sizeof where, "table-wise, on rank %d%s", t->owner,
+               t->windowed ? " only" : "");
     else snprintf(where, sizeof where, "replicated on every rank");
     int n = snprintf(buf + at, size - at, "%s  %s: %" PRId64 " x %" PRId64 ", %s", at ? "\n" : "",
                      s->ir->tensors[t->tensor].name, t->rows, t->dim, where);

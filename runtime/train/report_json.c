@@ -289,6 +289,7 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
     key_number(w, "allreduce_bus_gbps", d->allreduce_gbps);
     key_number(w, "alltoall_gbps", d->alltoall_gbps);
     key_string(w, "tables", d->placement);
+    key_number(w, "max_rss_mib", d->max_rss_mib);
     json_end_object(w);
   } else {
     json_string(w, NULL);

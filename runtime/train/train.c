@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1325,17 +1326,20 @@ bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_si
   out->dense_mode = dense_mode_name(dense_sync_mode(t->dense));
   out->buckets = dense_sync_buckets(t->dense);
   int64_t steps = t->dist_steps > 0 ? t->dist_steps : 1;
-  double mine[2] = {t->dist_compute_s / (double)steps, t->grad_bytes_s};
-  double *all = xcalloc(2 * (size_t)world, sizeof *all);
+  struct rusage ru;
+  double rss_mib = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss / 1024.0 : 0;
+  double mine[3] = {t->dist_compute_s / (double)steps, t->grad_bytes_s, rss_mib};
+  double *all = xcalloc(3 * (size_t)world, sizeof *all);
   int64_t *twos = xcalloc((size_t)world, sizeof *twos);
-  for (int r = 0; r < world; r++) twos[r] = 2;
+  for (int r = 0; r < world; r++) twos[r] = 3;
   CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F64, .send = mine, .recv = all,
                    .counts = twos, .what = "the run's numbers"};
   bool ok = comm_run(t->comm, &call, err, err_size);
   double lo = all[0], hi = all[0];
-  for (int r = 1; ok && r < world; r++) {
-    if (all[2 * r] < lo) lo = all[2 * r];
-    if (all[2 * r] > hi) hi = all[2 * r];
+  for (int r = 0; ok && r < world; r++) {
+    if (all[3 * r] < lo) lo = all[3 * r];
+    if (all[3 * r] > hi) hi = all[3 * r];
+    if (all[3 * r + 2] > out->max_rss_mib) out->max_rss_mib = all[3 * r + 2];
   }
   free(all);
   free(twos);

@@ -198,6 +198,7 @@ typedef struct DistSummary {
   double alltoall_gbps;     // the sharded tables' all-to-alls: bytes sent to other ranks over
                             // their time, GB/s (0: no sharded table)
   char placement[1024];     // the tables' placement, one line each
+  double max_rss_mib;       // the largest peak resident memory of any rank, MiB
 } DistSummary;
 bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_size);
 // What GPU ranks (NCCL) cannot train yet, for a world of `world`: ZeRO dense modes, and with

@@ -6,7 +6,9 @@
 #     within 1e-5 relative over 50 steps (the order of the sums differs, nothing else), and
 #     the held-out loss, which each rank evaluates on its share;
 #   - ZeRO-1 and ZeRO-2 equal data parallel; buckets small enough to overlap the backward do too;
-#   - row-wise and table-wise sharded tables equal replicated ones;
+#   - row-wise and table-wise sharded tables equal replicated ones; each rank holds only its
+#     own rows of them, so a table larger than the memory trains sharded and is refused
+#     replicated (GEMC_TEST_MEMORY_AVAILABLE);
 #   - the divergence guard decides for all ranks together (--on-nan skip with NaN steps);
 #   - a checkpoint written by 2 ranks (a shard each and a manifest) resumes on 1, and one
 #     written by 1 rank on 4, equal to a straight run; a set missing a shard or its manifest is
@@ -144,6 +146,10 @@ train restz4 4 --resume ckz --dense zero1
 train restz14 4 --resume ck1 --dense zero2
 same "ZeRO-2 on 2 ranks saves, ZeRO-1 on 4 resumes = a straight run" restz4.json one.json
 same "1 rank saves, ZeRO-2 on 4 resumes = a straight run" restz14.json one.json
+# Windowed tables (each rank holds its own rows) resumed under another world and placement:
+# row-wise parts of 2 ranks into 4 ranks' table-wise and row-wise rows.
+train restw4 4 --resume ckz --shard items=table,ads=row
+same "row-wise shards of 2 ranks resume as 4 ranks' table- and row-wise ones" restw4.json one.json
 
 # The set's files: each rank's shard and the manifest, and nothing they replace.
 if [ "$(ls ck2 | grep -v lock | sed 's/-[0-9a-f]\{16\}-/-ID-/' | sort | tr '\n' ' ')" = \
@@ -199,6 +205,30 @@ then pass "parallel { dense zero2; } and shard attributes are what the run used"
 else fail "the declared placement was not used"; grep -A14 '"distributed"' declared.json; fi
 same "declared ZeRO-2 and shards (2 ranks) = 1 rank" declared.json one.json
 same "a plain checkpoint resumes under the declared placement" declared_rest.json one.json
+
+# A table larger than the memory (GEMC_TEST_MEMORY_AVAILABLE stands for the machine's): 3M
+# rows of 32 fp32 values are 366 MiB, and the machine is given 300 MiB. Replicated on each of 2
+# ranks it is refused before anything is allocated; row-wise over 2 ranks each holds 183 MiB
+# of it, trains, and computes what 1 rank with the whole table computes.
+STEPS=10
+sed -e 's/^  table items : rows 1000,/  table items : rows 3_000_000,/' "$model" >big.gem
+model_saved=$model
+model=$PWD/big.gem
+train big1 1
+GEMC_TEST_MEMORY_AVAILABLE=314572800 "$gemc" launch -n 2 train "$model" --backend cpu \
+  --steps $STEPS -q >bigrep.out 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "error: the model needs .* of memory on the CPU.*this machine has 300.0 MiB" bigrep.out
+then pass "a table larger than the memory, replicated: refused (exit $rc)"
+else fail "a table larger than the memory, replicated: exit $rc"; sed 's/^/    /' bigrep.out | head -n 6; fi
+GEMC_TEST_MEMORY_AVAILABLE=314572800 train bigrow 2 --shard items=row
+same "the same table row-wise over 2 ranks trains = 1 rank" bigrow.json big1.json
+rss=$(awk -F': ' '/"max_rss_mib"/ { sub(/,$/, "", $2); print $2 }' bigrow.json)
+if [ -n "$rss" ] && awk -v r="$rss" 'BEGIN { exit !(r > 0 && r < 366) }'
+then pass "a rank's peak memory, ${rss} MiB, is below the whole table's 366 MiB"
+else fail "a rank's peak memory: '${rss}' MiB (the whole table is 366 MiB)"; fi
+model=$model_saved
+STEPS=50
 
 # Faults.
 start=$(date +%s)
