@@ -1018,6 +1018,92 @@ static void test_cpu_exec_pooled_buffers_change_nothing(void **state) {
   free(grads[1]);
 }
 
+// A sharded table's owner makes its rows without the rest (cpu_init_table_rows), and a
+// windowed table runs on a window of rows: both give what the whole table gives.
+static void test_cpu_exec_windowed_table_and_its_rows(void **state) {
+  (void)state;
+  Case c;
+  case_compile(&c,
+               "model w {\n  batch 6; dim 8;\n  seq history : id max 10;\n  sparse ad : id;\n"
+               "  label click;\n  table items : rows 50;\n  table ads : rows 20;\n"
+               "  h = embed(items, history);\n  p = pma(h, seeds = 1, heads = 1, act = softmax);\n"
+               "  z = concat(flatten(p), embed(ads, ad));\n  y = mlp(z, [8, 1], act = relu);\n"
+               "  loss bce(y, click);\n}\n",
+               true);
+  bool *windowed = calloc((size_t)c.ir.ntensors, sizeof *windowed);
+  int table = tensor(&c, "items");
+  windowed[table] = true;
+  CpuExec *whole = cpu_exec_new(&c.ir, EXEC_F32);
+  CpuExec *win = cpu_exec_new_windowed(&c.ir, EXEC_F32, windowed);
+  cpu_exec_init_params(whole, 5);
+  cpu_exec_init_params(win, 5);
+  assert_int_equal(cpu_exec_numel(win, table), 0);  // no rows of its own
+  const Tensor *tt = &c.ir.tensors[table];
+  int64_t rows = tt->fixed[0], D = tt->fixed[1];
+  const float *w = cpu_exec_data(whole, table);
+  // Every third row, as a row-wise rank would own them, from the same stream.
+  int64_t n = (rows + 2) / 3, *ids = calloc((size_t)n, sizeof *ids);
+  for (int64_t i = 0; i < n; i++) ids[i] = 3 * i + 1 < rows ? 3 * i + 1 : rows - 1;
+  float *mine = calloc((size_t)(n * D), sizeof *mine);
+  cpu_init_table_rows(&c.ir, table, 5, ids, n, mine);
+  for (int64_t i = 0; i < n; i++)
+    assert_memory_equal(mine + i * D, w + ids[i] * D, (size_t)D * sizeof *mine);
+  // One batch on both: the windowed run's table is the batch's distinct ids, and its ids index
+  // them. Loss and gradient rows agree bit for bit.
+  batch_alloc(&c.batch, &c.schema, 6);
+  rng_state = 9;
+  const int64_t lengths[] = {10, 0, 3, 7, 1, 10};
+  set_lengths(&c, "history", lengths);
+  fill_rest_random(&c, NULL);
+  const Feature *f = NULL;
+  int fi = -1;
+  for (int k = 0; k < c.schema.nfeatures; k++)
+    for (int i = 0; i < c.ir.nnodes; i++)
+      if ((c.ir.nodes[i].op == OP_EMBED || c.ir.nodes[i].op == OP_EMBED_POOL) &&
+          c.ir.nodes[i].ins[0] == table && c.ir.nodes[i].ins[1] == c.schema.features[k].tensor)
+        f = &c.schema.features[k], fi = k;
+  assert_non_null(f);
+  int64_t cnt = (f->jag >= 0 ? c.batch.total[f->jag] : c.batch.B) * f->width;
+  int64_t *orig = calloc((size_t)cnt + 1, sizeof *orig), *win_ids = calloc((size_t)cnt + 1, sizeof *win_ids);
+  memcpy(orig, c.batch.ids[fi], (size_t)cnt * sizeof *orig);
+  int64_t u = 0;  // the distinct ids, ascending
+  for (int64_t r = 0; r < cnt; r++) win_ids[u++] = orig[r];
+  for (int64_t i = 1; i < u; i++)  // insertion sort, then drop repeats
+    for (int64_t j = i; j > 0 && win_ids[j - 1] > win_ids[j]; j--) {
+      int64_t x = win_ids[j]; win_ids[j] = win_ids[j - 1]; win_ids[j - 1] = x;
+    }
+  int64_t m = 0;
+  for (int64_t i = 0; i < u; i++) if (m == 0 || win_ids[i] != win_ids[m - 1]) win_ids[m++] = win_ids[i];
+  float *rowsbuf = cpu_exec_set_table_rows(win, table, m);
+  for (int64_t i = 0; i < m; i++) memcpy(rowsbuf + i * D, w + win_ids[i] * D, (size_t)D * sizeof *w);
+  char err[256];
+  assert_true(cpu_exec_set_batch(whole, &c.batch, err, sizeof err));
+  double lw = cpu_exec_forward(whole);
+  cpu_exec_backward(whole);
+  for (int64_t r = 0; r < cnt; r++)
+    for (int64_t i = 0; i < m; i++) if (win_ids[i] == orig[r]) c.batch.ids[fi][r] = i;
+  assert_true(cpu_exec_set_batch(win, &c.batch, err, sizeof err));
+  double lv = cpu_exec_forward(win);
+  cpu_exec_backward(win);
+  assert_true(lw == lv);
+  int64_t nw = 0, nv = 0;
+  const int64_t *gw_ids, *gv_ids;
+  const float *gw = cpu_exec_grad(whole, table, &nw, &gw_ids), *gv = cpu_exec_grad(win, table, &nv, &gv_ids);
+  assert_non_null(gw);
+  assert_int_equal(nw, nv);
+  for (int64_t i = 0; i < nw; i++) assert_true(gw_ids[i] == win_ids[gv_ids[i]]);
+  assert_memory_equal(gw, gv, (size_t)(nw * D) * sizeof *gw);
+  memcpy(c.batch.ids[fi], orig, (size_t)cnt * sizeof *orig);
+  free(orig);
+  free(win_ids);
+  free(ids);
+  free(mine);
+  free(windowed);
+  cpu_exec_free(whole);
+  cpu_exec_free(win);
+  case_free(&c);
+}
+
 static void test_cpu_exec_init_is_deterministic_per_seed(void **state) {
   (void)state;
   Case c;
@@ -1063,6 +1149,7 @@ static void test_cpu_exec_init_is_deterministic_per_seed(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_exec_embed_lookup_sparse_and_jagged),
+      cmocka_unit_test(test_cpu_exec_windowed_table_and_its_rows),
       cmocka_unit_test(test_cpu_exec_pooled_mean_and_sum_with_empty_sequence),
       cmocka_unit_test(test_cpu_exec_linear_bias_relu),
       cmocka_unit_test(test_cpu_exec_rmsnorm_and_layernorm),
