@@ -29,6 +29,7 @@ typedef struct TState {
   float *own;
   int64_t *window, nwindow;
   int64_t *grad_ids, cap_grad_ids;  // the executor's gradient rows as table ids
+  int64_t **rows_of, *cap_rows_of;  // [nfeatures]: the batch's ids of feature k as window rows
 } TState;
 
 struct TableSync {
@@ -39,6 +40,10 @@ struct TableSync {
   int nt;
   int world, rank;
   int64_t *send_counts, *recv_counts;  // [world] each
+  // The batch the executor binds: the fetched batch with windowed tables' ids as window rows
+  // (its id arrays are the batch's, or rows_of), so the batch itself is left as it was.
+  Batch view;
+  int64_t **view_ids;  // [schema->nfeatures]
   double seconds;
   double a2a_bytes, a2a_seconds;  // what this rank's all-to-alls of ids, rows and gradients sent
 };
@@ -78,6 +83,7 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
   s->send_counts = xcalloc((size_t)s->world, sizeof *s->send_counts);
   s->recv_counts = xcalloc((size_t)s->world, sizeof *s->recv_counts);
   s->t = xcalloc((size_t)ir->ntensors + 1, sizeof *s->t);
+  s->view_ids = xcalloc((size_t)schema->nfeatures + 1, sizeof *s->view_ids);
   double *load = xcalloc((size_t)s->world, sizeof *load);
   for (int i = 0; i < ir->ntensors; i++) {
     const Tensor *x = &ir->tensors[i];
@@ -127,7 +133,10 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
       for (int j = 0; j < s->nt; j++)
         for (int b = 0; j != k && b < s->t[j].nfeatures; b++)
           if (s->t[j].features[b] == t->features[a]) t->windowed = false;
-    if (t->windowed) t->nown = table_sync_owned_ids(s, t->tensor, s->rank, NULL);
+    if (!t->windowed) continue;
+    t->nown = table_sync_owned_ids(s, t->tensor, s->rank, NULL);
+    t->rows_of = xcalloc((size_t)t->nfeatures + 1, sizeof *t->rows_of);
+    t->cap_rows_of = xcalloc((size_t)t->nfeatures + 1, sizeof *t->cap_rows_of);
   }
   return s;
 }
@@ -141,7 +150,11 @@ void table_sync_free(TableSync *s) {
     free(s->t[k].own);
     free(s->t[k].window);
     free(s->t[k].grad_ids);
+    for (int f = 0; s->t[k].rows_of && f < s->t[k].nfeatures; f++) free(s->t[k].rows_of[f]);
+    free(s->t[k].rows_of);
+    free(s->t[k].cap_rows_of);
   }
+  free(s->view_ids);
   free(s->t);
   free(s->send_counts);
   free(s->recv_counts);
@@ -317,8 +330,8 @@ static int64_t index_of(const int64_t *ids, int64_t n, int64_t id) {
 }
 
 // A windowed table's window for batch b: its distinct ids, their rows in the executor (this
-// rank's own from `own`, the others fetched), and b's ids of it rewritten to window rows.
-static bool fetch_window(TableSync *s, TState *t, CpuExec *x, Batch *b, char *err,
+// rank's own from `own`, the others fetched), and b's ids of it as window rows in the view.
+static bool fetch_window(TableSync *s, TState *t, CpuExec *x, const Batch *b, char *err,
                          size_t err_size) {
   int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
   free(t->window);
@@ -344,8 +357,14 @@ static bool fetch_window(TableSync *s, TState *t, CpuExec *x, Batch *b, char *er
   for (int k = 0; ok && k < t->nfeatures; k++) {
     const Feature *f = &s->schema->features[t->features[k]];
     int64_t cnt = (f->jag >= 0 ? b->total[f->jag] : b->B) * f->width;
-    int64_t *ids = b->ids[t->features[k]];
-    for (int64_t r = 0; r < cnt; r++) ids[r] = index_of(all, n, ids[r]);
+    if (cnt > t->cap_rows_of[k]) {
+      free(t->rows_of[k]);
+      t->cap_rows_of[k] = cnt + cnt / 4;
+      t->rows_of[k] = xcalloc((size_t)t->cap_rows_of[k] + 1, sizeof *t->rows_of[k]);
+    }
+    const int64_t *ids = b->ids[t->features[k]];
+    for (int64_t r = 0; r < cnt; r++) t->rows_of[k][r] = index_of(all, n, ids[r]);
+    s->view_ids[t->features[k]] = t->rows_of[k];
   }
   free(pos);
   free(theirs);
@@ -355,9 +374,14 @@ static bool fetch_window(TableSync *s, TState *t, CpuExec *x, Batch *b, char *er
   return ok;
 }
 
-bool table_sync_fetch(TableSync *s, CpuExec *x, Batch *b, char *err, size_t err_size) {
+bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, const Batch **bound, char *err,
+                      size_t err_size) {
   double t0 = monotonic_seconds();
   bool ok = true;
+  s->view = *b;
+  for (int f = 0; f < s->schema->nfeatures; f++) s->view_ids[f] = b->ids[f];
+  s->view.ids = s->view_ids;
+  *bound = &s->view;
   for (int k = 0; ok && k < s->nt; k++) {
     TState *t = &s->t[k];
     if (t->place == PLACE_REPLICATE) continue;

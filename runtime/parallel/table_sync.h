@@ -44,9 +44,11 @@ bool table_sync_any_sharded(const TableSync *s);
 
 // Before a forward on `b` (this rank's examples): the rows of sharded tables that b reads and
 // this rank does not own, from their owners, into the executor's tables.
-// A windowed table (below) gets the executor rows of b's distinct ids instead, and b's ids
-// of it are rewritten to those rows.
-bool table_sync_fetch(TableSync *s, CpuExec *x, Batch *b, char *err, size_t err_size);
+// A windowed table (below) gets the executor rows of b's distinct ids instead. *bound is the
+// batch for cpu_exec_set_batch: b, with the ids of windowed tables as window rows (b itself is
+// unchanged; *bound lives until the next fetch).
+bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, const Batch **bound, char *err,
+                      size_t err_size);
 // After the backward: the global gradient of the rows this rank updates (share: this rank's
 // examples / B). table_sync_grad then gives them for a table.
 bool table_sync_reduce(TableSync *s, CpuExec *x, double share, char *err, size_t err_size);

@@ -1114,8 +1114,9 @@ static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double 
     return dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
   }
   char reason[512];
-  if (!table_sync_fetch(t->tables, t->x, &t->local, err, err_size)) return false;
-  if (!cpu_exec_set_batch(t->x, &t->local, reason, sizeof reason))
+  const Batch *bound;
+  if (!table_sync_fetch(t->tables, t->x, &t->local, &bound, err, err_size)) return false;
+  if (!cpu_exec_set_batch(t->x, bound, reason, sizeof reason))
     return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, reason);
   *loss = *share * cpu_exec_forward(t->x);
   return dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
@@ -1620,8 +1621,10 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
     if (m) add_entry(s, "adamw.m", name, m, bytes, CKPT_FINITE);
     if (v) add_entry(s, "adamw.v", name, v, bytes, CKPT_FINITE_NONNEG);
     // (a windowed table may hold no rows here, and then has no sums either)
-    if (info ? file_has(info, "adagrad.rowsum", name) &&
-                   p->st.cfg.kind == OPTIM_ROWWISE_ADAGRAD
+    // A table whole in the file must have its sums there too (checkpoint_read refuses it
+    // otherwise); one in parts has them in its parts.
+    if (info ? p->st.cfg.kind == OPTIM_ROWWISE_ADAGRAD &&
+                   (file_has(info, "adagrad.rowsum", name) || (p->table && whole))
              : p->st.rowsum && !windowed)
       add_entry(s, "adagrad.rowsum", name, windowed ? NULL : p->st.rowsum,
                 (size_t)p->rows * sizeof(float), CKPT_FINITE_NONNEG);
@@ -1847,9 +1850,10 @@ static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
 }
 
 // Puts the parts of shards 1 .. world - 1 of the set over the state read from shard 0.
-// covered[i]: rows of trained table i put in place (counted up).
+// covered[i]: rows of trained table i put in place (counted up); seen[i][row]: that row was
+// (a row in two parts is refused).
 static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const Entries *s,
-                       int64_t *covered, char *err, size_t err_size) {
+                       int64_t *covered, unsigned char **seen, char *err, size_t err_size) {
   bool ok = true;
   for (int r = 0; ok && r < set->world; r++) {  // shard 0 has parts of windowed tables
     char file[96];
@@ -1880,36 +1884,60 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const En
       }
       char name[256];
       if (ids_entry) {
+        // In slices of ids, so that no part is ever whole in memory (a table-wise part is the
+        // whole table); a slice none of whose rows this rank holds is not read.
         int64_t n = (int64_t)(info.sizes[k] / sizeof(int64_t));
-        int64_t *ids = xcalloc((size_t)n + 1, sizeof *ids);
-        float *rows = xcalloc((size_t)(n * q->dim) + 1, sizeof *rows);
-        float *sums = xcalloc((size_t)n + 1, sizeof *sums);
-        ok = checkpoint_read_entry(f, e, ids, (size_t)n * sizeof *ids, err, err_size);
-        for (int64_t i = 0; ok && i < n; i++)
-          if (ids[i] < 0 || ids[i] >= q->rows)
-            ok = fail(err, err_size, "%s/%s is corrupt: row %" PRId64 " of table '%s', which "
-                      "has %" PRId64, dir, file, ids[i], colon + 1, q->rows);
-        snprintf(name, sizeof name, "part.table:%s", colon + 1);
-        ok = ok && checkpoint_read_entry(f, name, rows, (size_t)(n * q->dim) * sizeof *rows,
-                                         err, err_size);
-        snprintf(name, sizeof name, "part.adagrad.rowsum:%s", colon + 1);
-        ok = ok && (!q->st.rowsum ||
-                    checkpoint_read_entry(f, name, sums, (size_t)n * sizeof *sums, err,
-                                          err_size));
+        char tname[256], sname[256];
+        snprintf(tname, sizeof tname, "part.table:%s", colon + 1);
+        snprintf(sname, sizeof sname, "part.adagrad.rowsum:%s", colon + 1);
+        bool with_sums = q->st.cfg.kind == OPTIM_ROWWISE_ADAGRAD;
+        if (info.sizes[k] % sizeof(int64_t) != 0 ||
+            checkpoint_info_size(&info, tname) != n * q->dim * (int64_t)sizeof(float) ||
+            (with_sums && checkpoint_info_size(&info, sname) != n * (int64_t)sizeof(float)))
+          ok = fail(err, err_size, "%s/%s is corrupt: the ids, rows and sums of its part of "
+                    "table '%s' do not match", dir, file, colon + 1);
         int64_t nown;
         float *own = own_rows(t, q, &nown);
         float *w = own ? own : cpu_exec_data(t->x, q->tensor);
-        for (int64_t i = 0; ok && i < n; i++) {
-          // A windowed table takes the rows this rank owns and leaves the rest to theirs.
-          int64_t row = own ? table_sync_local_row(t->tables, q->tensor, ids[i]) : ids[i];
-          if (row < 0) continue;
-          memcpy(w + row * q->dim, rows + i * q->dim, (size_t)q->dim * sizeof *rows);
-          if (q->st.rowsum) q->st.rowsum[row] = sums[i];
-          covered[qi]++;
+        enum { SLICE = 1024 };
+        int64_t ids[SLICE];
+        float sums[SLICE];
+        float *rows = xcalloc((size_t)(SLICE * q->dim) + 1, sizeof *rows);
+        for (int64_t from = 0; ok && from < n; from += SLICE) {
+          int64_t m = n - from < SLICE ? n - from : SLICE, mine = 0;
+          ok = checkpoint_read_slice(f, e, (uint64_t)from * sizeof *ids, ids,
+                                     (size_t)m * sizeof *ids, err, err_size);
+          for (int64_t i = 0; ok && i < m; i++) {
+            if (ids[i] < 0 || ids[i] >= q->rows)
+              ok = fail(err, err_size, "%s/%s is corrupt: row %" PRId64 " of table '%s', which "
+                        "has %" PRId64, dir, file, ids[i], colon + 1, q->rows);
+            else mine += !own || table_sync_local_row(t->tables, q->tensor, ids[i]) >= 0;
+          }
+          if (!ok || mine == 0) continue;
+          ok = checkpoint_read_slice(f, tname, (uint64_t)(from * q->dim) * sizeof(float), rows,
+                                     (size_t)(m * q->dim) * sizeof(float), err, err_size) &&
+               (!with_sums ||
+                checkpoint_read_slice(f, sname, (uint64_t)from * sizeof(float), sums,
+                                      (size_t)m * sizeof(float), err, err_size));
+          for (int64_t i = 0; ok && i < m; i++) {
+            // A windowed table takes the rows this rank owns and leaves the rest to theirs.
+            int64_t row = own ? table_sync_local_row(t->tables, q->tensor, ids[i]) : ids[i];
+            if (row < 0) continue;
+            bool finite = !with_sums || (isfinite(sums[i]) && sums[i] >= 0);
+            for (int64_t d = 0; d < q->dim; d++) finite = finite && isfinite(rows[i * q->dim + d]);
+            if (seen[qi][row] || !finite) {
+              ok = fail(err, err_size, "%s/%s is corrupt: row %" PRId64 " of table '%s' %s", dir,
+                        file, ids[i], colon + 1,
+                        seen[qi][row] ? "is in two parts" : "holds a value that is not finite");
+              break;
+            }
+            seen[qi][row] = 1;
+            memcpy(w + row * q->dim, rows + i * q->dim, (size_t)q->dim * sizeof *rows);
+            if (q->st.rowsum) q->st.rowsum[row] = sums[i];
+            covered[qi]++;
+          }
         }
-        free(ids);
         free(rows);
-        free(sums);
       } else {
         // The whole moments: staged ones for a ZeRO part (entries_take_parts keeps its part).
         float *m = s->full[qi][0] ? s->full[qi][0] : q->st.m;
@@ -2048,8 +2076,14 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
   // Which tables the file holds whole; the others come from parts, which must cover them.
   bool *whole = xcalloc((size_t)t->ntrained + 1, sizeof *whole);
   int64_t *covered = xcalloc((size_t)t->ntrained + 1, sizeof *covered);
-  for (int i = 0; i < t->ntrained; i++)
-    whole[i] = file_has(&info, "table", t->ir->tensors[t->trained[i].tensor].name);
+  unsigned char **seen = xcalloc((size_t)t->ntrained + 1, sizeof *seen);
+  for (int i = 0; i < t->ntrained; i++) {
+    const Trained *p = &t->trained[i];
+    int64_t nown;
+    bool windowed = own_rows(t, p, &nown) != NULL;
+    whole[i] = file_has(&info, "table", t->ir->tensors[p->tensor].name);
+    if (p->table) seen[i] = xcalloc((size_t)(windowed ? nown : p->rows) + 1, 1);
+  }
   checkpoint_info_free(&info);
   ok = checkpoint_read(f, t->key, s.e, s.n, err, err_size);
   for (int i = 0; ok && i < t->ntrained; i++)
@@ -2061,7 +2095,7 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
                 "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
   }
   checkpoint_close(f);
-  if (ok && kind == 1) ok = read_parts(t, dir, set, &s, covered, err, err_size);
+  if (ok && kind == 1) ok = read_parts(t, dir, set, &s, covered, seen, err, err_size);
   for (int i = 0; ok && i < t->ntrained; i++) {
     const Trained *p = &t->trained[i];
     int64_t nown;
@@ -2072,6 +2106,8 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
                 "nor in parts that cover its rows (%" PRId64 " of %" PRId64 " rows found)",
                 dir, t->ir->tensors[p->tensor].name, covered[i], want);
   }
+  for (int i = 0; i < t->ntrained; i++) free(seen[i]);
+  free(seen);
   free(whole);
   free(covered);
   if (ok) entries_take_parts(t, &s);

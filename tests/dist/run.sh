@@ -113,6 +113,11 @@ same "row-wise tables = replicated (2 ranks)" row2.json dp2.json
 same "table-wise tables = replicated (2 ranks)" table2.json dp2.json
 same "row + table-wise tables, ZeRO-2, buckets = 1 rank (4 ranks)" mixed4.json one.json
 same_eval "sharded tables evaluate as 1 rank (4 ranks)" mixed4.json one.json
+# The synthetic data's teacher scores the held-out examples from their ids, which a windowed
+# table's rows must not replace.
+ta=$(grep -o '"teacher_ne": [^,}]*' mixed4.json | head -n 1) tb=$(grep -o '"teacher_ne": [^,}]*' one.json | head -n 1)
+if [ -n "$ta" ] && [ "$ta" = "$tb" ]; then pass "sharded tables leave the teacher's held-out NE as 1 rank's ($ta)"
+else fail "the teacher's held-out NE: '$ta' on 4 sharded ranks, '$tb' on 1 rank"; fi
 grep -q 'items: 1000 x 32, row-wise over 4 ranks' mixed4.json &&
   grep -q 'ads: 1000 x 32, table-wise, on rank' mixed4.json &&
   pass "the placement is reported" || fail "mixed4.json does not report the placement"
