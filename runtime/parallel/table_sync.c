@@ -23,11 +23,11 @@ typedef struct TState {
   float *g;
   // Windowed (table_sync_windowed): this rank holds only the rows it owns, `own` [nown x dim]
   // (row id at table_sync_local_row), and the executor a window of the batch's rows: the
-  // distinct ids `window` [nwindow], ascending, which the batch's ids index.
+  // distinct ids `window`, ascending, which the bound batch's ids of it index.
   bool windowed;
   int64_t nown;
   float *own;
-  int64_t *window, nwindow;
+  int64_t *window;
   int64_t *grad_ids, cap_grad_ids;  // the executor's gradient rows as table ids
   int64_t **rows_of, *cap_rows_of;  // [nfeatures]: the batch's ids of feature k as window rows
 } TState;
@@ -125,7 +125,7 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
   }
   free(load);
   // A sharded table can be windowed unless one of its id features is also read by another
-  // table (its ids are rewritten to window rows).
+  // table (the executor reads that feature's ids as rows of one table's window).
   for (int k = 0; k < s->nt; k++) {
     TState *t = &s->t[k];
     t->windowed = t->place != PLACE_REPLICATE;
@@ -336,7 +336,6 @@ static bool fetch_window(TableSync *s, TState *t, CpuExec *x, const Batch *b, ch
   int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
   free(t->window);
   t->window = all;
-  t->nwindow = n;
   float *w = cpu_exec_set_table_rows(x, t->tensor, n);
   int64_t *pos = xcalloc((size_t)n + 1, sizeof *pos), *theirs = xcalloc((size_t)n + 1, sizeof *theirs);
   for (int64_t i = 0; i < n; i++) {
