@@ -61,7 +61,7 @@ static const char train_usage[] =
     "                  [--table-lr X] [--table-eps X] [--lengths uniform|lognormal|heavy]\n"
     "                  [--id-vocab N] [--progress auto|live|plain] [--artifact FILE.gemb]\n"
     "                  [--on-nan stop|skip|skip=N] [--no-tune] [--profile[=N]]\n"
-    "                  [--dense data-parallel|zero1|zero2] [--shard SPEC] [--bucket-mb X]\n"
+    "                  [--dense data-parallel|zero1|zero2|zero3] [--shard SPEC] [--bucket-mb X]\n"
     "                  [--comm-timeout S] [--nccl-cta-policy P] [--nccl-max-ctas N]\n";
 
 static void print_train_help(FILE *out) {
@@ -99,7 +99,8 @@ static void print_train_help(FILE *out) {
           "                     N in a row stop it; skip alone: N=%d)\n"
           "distributed (several ranks: gemc launch, mpirun or srun; docs/distributed.md):\n"
           "  --dense M          dense parameters: data-parallel (default), zero1 (sharded\n"
-          "                     optimizer state) or zero2 (and sharded gradients)\n"
+          "                     optimizer state), zero2 (and sharded gradients) or zero3\n"
+          "                     (and sharded parameters, gathered per layer; CPU ranks)\n"
           "  --shard SPEC       tables: replicate (default), table, row or auto for all, or\n"
           "                     NAME=PLACE,... per table (auto: row-wise from 2^20 rows)\n"
           "  --bucket-mb X      dense gradients are reduced in buckets of X MiB (default 25)\n"
@@ -227,7 +228,7 @@ static int parse_valued(TrainCli *c, int argc, char **argv, int *i, FILE *err) {
   }
   if ((got = cli_option_value(argc, argv, i, "--dense", &v)) != 0) {
     if (got < 0 || !dense_mode_parse(v, &c->opt.dense_mode))
-      return (usage(err, "--dense needs data-parallel, zero1 or zero2, got '%s'",
+      return (usage(err, "--dense needs data-parallel, zero1, zero2 or zero3, got '%s'",
                     got < 0 ? "" : v), -1);
     c->dense = v;
     return 1;

@@ -92,6 +92,7 @@ DenseMode train_world_dense(const Ir *ir, bool given, DenseMode cli) {
   switch (ir->parallel.dense) {
     case SHARD_DENSE_ZERO1: return DENSE_ZERO1;
     case SHARD_DENSE_ZERO2: return DENSE_ZERO2;
+    case SHARD_DENSE_ZERO3: return DENSE_ZERO3;
     default: return DENSE_DATA_PARALLEL;
   }
 }

@@ -63,7 +63,7 @@ const char *mask_name(Mask m) { return name_at(mask_names, COUNT(mask_names), (i
 const char *pool_name(Pool p) { return name_at(pool_names, COUNT(pool_names), (int)p); }
 const char *layout_name(Layout l) { return name_at(layout_names, COUNT(layout_names), (int)l); }
 const char *optim_name(OptimKind k) { return name_at(optim_names, COUNT(optim_names), (int)k); }
-static const char *const shard_dense_names[] = {"unset", "data_parallel", "zero1", "zero2"};
+static const char *const shard_dense_names[] = {"unset", "data_parallel", "zero1", "zero2", "zero3"};
 static const char *const shard_table_names[] = {"unset", "replicate", "table", "row", "auto"};
 const char *shard_dense_name(ShardDense s) {
   return name_at(shard_dense_names, COUNT(shard_dense_names), (int)s);

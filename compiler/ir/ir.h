@@ -113,12 +113,13 @@ bool optim_from_name(const char *s, OptimKind *out);
 // and a table's `shard` attribute set them, the command line overrides them. They are how a
 // model is run, not what it computes: the model key leaves them out.
 typedef enum ShardDense {
-  SHARD_DENSE_UNSET, SHARD_DENSE_DATA_PARALLEL, SHARD_DENSE_ZERO1, SHARD_DENSE_ZERO2
+  SHARD_DENSE_UNSET, SHARD_DENSE_DATA_PARALLEL, SHARD_DENSE_ZERO1, SHARD_DENSE_ZERO2,
+  SHARD_DENSE_ZERO3
 } ShardDense;
 typedef enum ShardTable {
   SHARD_TABLE_UNSET, SHARD_TABLE_REPLICATE, SHARD_TABLE_WHOLE, SHARD_TABLE_ROW, SHARD_TABLE_AUTO
 } ShardTable;
-const char *shard_dense_name(ShardDense s);  // "data_parallel", "zero1", "zero2"
+const char *shard_dense_name(ShardDense s);  // "data_parallel", "zero1", "zero2", "zero3"
 const char *shard_table_name(ShardTable s);  // "replicate", "table", "row", "auto"
 bool shard_dense_from_name(const char *s, ShardDense *out);
 bool shard_table_from_name(const char *s, ShardTable *out);

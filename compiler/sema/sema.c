@@ -312,7 +312,7 @@ void sema_touch(Sema *S, const Expr *e) {
 
 // parallel { dense zero2; bucket_mb 25; tables auto; }: at most one block, each setting once.
 static const char *const parallel_names[] = {"dense", "bucket_mb", "tables"};
-static const char *const dense_names[] = {"data_parallel", "zero1", "zero2"};
+static const char *const dense_names[] = {"data_parallel", "zero1", "zero2", "zero3"};
 enum { MAX_BUCKET_MB = 4096 };
 
 // The index in names[n] of attribute a's key, recorded in seen[n]; -1 after reporting an
@@ -357,8 +357,8 @@ static void read_parallel(Sema *S, const Stmt *s, const Stmt *prev) {
       const char *d = read_name(S, a->value, "parallel setting 'dense'");
       if (d && !shard_dense_from_name(d, &p->dense)) {
         diag_error(S->d, a->value->loc, "unknown dense placement '%s'; expected %s", d,
-                   sema_list(S, dense_names, 3));
-        sema_suggest(S, a->value->loc, d, dense_names, 3);
+                   sema_list(S, dense_names, 4));
+        sema_suggest(S, a->value->loc, d, dense_names, 4);
       }
     } else if (k == 1) {
       int64_t v;

@@ -136,9 +136,62 @@ static void pair_attention_backward(CpuExec *x) {
   }
 }
 
-CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) { return cpu_exec_new_windowed(ir, mode, NULL); }
+CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode) { return cpu_exec_new_parts(ir, mode, NULL, NULL); }
 
 CpuExec *cpu_exec_new_windowed(const Ir *ir, ExecMode mode, const bool *windowed) {
+  return cpu_exec_new_parts(ir, mode, windowed, NULL);
+}
+
+static bool is_gathered(const Ir *ir, const bool *gathered, int t) {
+  return gathered && gathered[t] && ir->tensors[t].kind == TENSOR_PARAM;
+}
+
+// first[p][t], last[p][t]: the first and last node of pass p (0: forward, 1: backward) that
+// reads gathered parameter t, or -1.
+static void gather_spans(const Ir *ir, const bool *gathered, int nforward, int *first[2],
+                         int *last[2]) {
+  for (int p = 0; p < 2; p++)
+    for (int t = 0; t < ir->ntensors; t++) first[p][t] = last[p][t] = -1;
+  for (int i = 0; i < ir->nnodes; i++) {
+    int p = i >= nforward;
+    for (int k = 0; k < ir->nodes[i].nins; k++) {
+      int t = ir->nodes[i].ins[k];
+      if (!is_gathered(ir, gathered, t)) continue;
+      if (first[p][t] < 0) first[p][t] = i;
+      last[p][t] = i;
+    }
+  }
+}
+
+static int64_t param_numel(const Tensor *t) {
+  return t->nfixed == 2 ? t->fixed[0] * t->fixed[1] : t->fixed[0];
+}
+
+int64_t cpu_exec_gathered_peak(const Ir *ir, const bool *gathered) {
+  int nforward = ir->nforward > 0 && ir->nforward <= ir->nnodes ? ir->nforward : ir->nnodes;
+  int *first[2], *last[2];
+  for (int p = 0; p < 2; p++) {
+    first[p] = xcalloc((size_t)ir->ntensors + 1, sizeof(int));
+    last[p] = xcalloc((size_t)ir->ntensors + 1, sizeof(int));
+  }
+  gather_spans(ir, gathered, nforward, first, last);
+  int64_t peak = 0;
+  for (int i = 0; i < ir->nnodes; i++) {
+    int p = i >= nforward;
+    int64_t live = 0;
+    for (int t = 0; t < ir->ntensors; t++)
+      if (first[p][t] >= 0 && first[p][t] <= i && i <= last[p][t])
+        live += param_numel(&ir->tensors[t]);
+    if (live > peak) peak = live;
+  }
+  for (int p = 0; p < 2; p++) free(first[p]), free(last[p]);
+  return peak;
+}
+
+CpuExec *cpu_exec_new_parts(const Ir *ir, ExecMode mode, const bool *windowed,
+                            const bool *gathered) {
+  if (gathered && mode != EXEC_F32)
+    gemc_internal_error(__FILE__, __LINE__, "gathered parameters need the fp32 mode");
   CpuExec *x = xcalloc(1, sizeof *x);
   x->ir = ir;
   x->mode = mode;
@@ -170,6 +223,8 @@ CpuExec *cpu_exec_new_windowed(const Ir *ir, ExecMode mode, const bool *windowed
     // windowed table has the rows its caller gives each batch (cpu_exec_set_table_rows).
     if (windowed && windowed[t] && tt->kind == TENSOR_TABLE) {
       b->rows = b->numel = 0;
+    } else if (is_gathered(ir, gathered, t)) {
+      b->numel = b->rows * b->width;  // allocated while a pass reads it (gather_param)
     } else if (tt->layout == LAYOUT_FIXED) {
       b->numel = b->rows * b->width;
       ensure_capacity(x, t, b->numel, false);
@@ -184,19 +239,30 @@ CpuExec *cpu_exec_new_windowed(const Ir *ir, ExecMode mode, const bool *windowed
   }
   pair_attention_backward(x);
   cpu_pool_plan(x);
+  for (int p = 0; p < 2; p++) {
+    x->gather_first[p] = xcalloc((size_t)ir->ntensors + 1, sizeof(int));
+    x->gather_last[p] = xcalloc((size_t)ir->ntensors + 1, sizeof(int));
+  }
+  gather_spans(ir, gathered, x->nforward, x->gather_first, x->gather_last);
   return x;
 }
 
 // --- memory needed and available ----------------------------------------------------------
 
 int64_t cpu_exec_bytes_needed(const Ir *ir, ExecMode mode, int64_t B) {
-  return cpu_exec_bytes_needed_rows(ir, mode, B, NULL);
+  return cpu_exec_bytes_needed_rows(ir, mode, B, NULL, NULL);
 }
 
 int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
-                                   const int64_t *table_rows) {
+                                   const int64_t *table_rows, const int64_t *param_elems) {
   int64_t elem = mode == EXEC_F64 ? (int64_t)sizeof(double) : (int64_t)sizeof(float);
   int64_t total = 0;
+  if (param_elems) {  // the gathered parameters whole at once, at their peak
+    bool *gathered = xcalloc((size_t)ir->ntensors + 1, sizeof *gathered);
+    for (int i = 0; i < ir->ntensors; i++) gathered[i] = param_elems[i] >= 0;
+    total = sat_mul(cpu_exec_gathered_peak(ir, gathered), elem);
+    free(gathered);
+  }
   for (int i = 0; i < ir->ntensors; i++) {
     const Tensor *t = &ir->tensors[i];
     int64_t w = t->width > 0 ? t->width : 1, n = 0, state = 0;
@@ -207,6 +273,7 @@ int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
       int64_t rows = t->nfixed == 2 ? t->fixed[0] : 1;
       if (t->kind == TENSOR_TABLE && table_rows && table_rows[i] >= 0) rows = table_rows[i];
       n = sat_mul(rows, t->nfixed == 2 ? t->fixed[1] : t->fixed[0]);
+      if (t->kind == TENSOR_PARAM && param_elems && param_elems[i] >= 0) n = param_elems[i];
       // Optimizer state in fp32 (optim.c): tables keep one entry per row, parameters one per
       // element.
       int64_t per = t->kind == TENSOR_TABLE ? rows : n;
@@ -254,18 +321,19 @@ int64_t cpu_memory_available(void) {
 }
 
 bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size) {
-  return cpu_exec_check_fit_rows(ir, mode, B, NULL, err, err_size);
+  return cpu_exec_check_fit_rows(ir, mode, B, NULL, NULL, err, err_size);
 }
 
 bool cpu_exec_check_fit_rows(const Ir *ir, ExecMode mode, int64_t B, const int64_t *table_rows,
-                             char *err, size_t err_size) {
-  int64_t need = cpu_exec_bytes_needed_rows(ir, mode, B, table_rows);
+                             const int64_t *param_elems, char *err, size_t err_size) {
+  int64_t need = cpu_exec_bytes_needed_rows(ir, mode, B, table_rows, param_elems);
   int64_t have = cpu_memory_available();
   if (have < 0 || need <= have) return true;
   return fail(err, err_size, "the model needs %s of memory on the CPU at batch %" PRId64
               " (parameters, tables%s, their gradients and optimizer state, one batch's "
               "values); this machine has %s available", bytes_text(need).s, B,
-              table_rows ? " (this rank's rows of the sharded ones)" : "", bytes_text(have).s);
+              table_rows ? " (this rank's rows of the sharded ones)" : "",
+              bytes_text(have).s);
 }
 
 void cpu_exec_free(CpuExec *x) {
@@ -287,6 +355,7 @@ void cpu_exec_free(CpuExec *x) {
   free(x->bwd_v);
   free(x->task_node);
   free(x->task_probs);
+  for (int p = 0; p < 2; p++) free(x->gather_first[p]), free(x->gather_last[p]);
   free(x->gemm_work);
   free(x);
 }
@@ -464,10 +533,36 @@ static void store_task_probs(CpuExec *x, int i) {
 // Runs nodes [from, to). A fused attention backward node computes (and rounds) its siblings'
 // outputs too, and the siblings are skipped. After each node, the inputs it read last give
 // their buffers back to the pool.
+// A gathered parameter's whole values, from its first reader of the pass to its last.
+static void gather_params(CpuExec *x, int node, bool release) {
+  const Node *n = &x->ir->nodes[node];
+  int p = node >= x->nforward;
+  for (int k = 0; k < n->nins; k++) {
+    int t = n->ins[k];
+    TensorBuf *b = &x->buf[t];
+    if (!release && x->gather_first[p][t] == node && !b->own) {
+      ensure_capacity(x, t, b->numel, false);
+      if (!x->param_fill)
+        gemc_internal_error(__FILE__, __LINE__, "a gathered parameter without a fill");
+      x->param_fill(x->param_fill_ctx, t, b->data);
+    } else if (release && x->gather_last[p][t] == node && b->own) {
+      free(b->own);
+      b->own = b->data = NULL;
+      b->own_cap = 0;
+    }
+  }
+}
+
+void cpu_exec_set_param_fill(CpuExec *x, CpuParamFill fill, void *ctx) {
+  x->param_fill = fill;
+  x->param_fill_ctx = ctx;
+}
+
 static void run_nodes(CpuExec *x, int from, int to) {
   const NodeKernel *k = kernels_of(x);
   for (int i = from; i < to; i++) {
     const Node *n = &x->ir->nodes[i];
+    gather_params(x, i, false);
     if (x->fused[i] < 0) {
       bool group = is_attention_bwd(n->op);
       const int writes[3] = {group ? x->bwd_q[i] : i, group ? x->bwd_k[i] : -1,
@@ -480,6 +575,7 @@ static void run_nodes(CpuExec *x, int from, int to) {
       if (n->op == OP_BCE) store_task_probs(x, i);
     }
     cpu_pool_release_inputs(x, i);
+    gather_params(x, i, true);
     if (i >= x->nforward && x->backward_hook) x->backward_hook(x->backward_hook_ctx, i);
   }
 }

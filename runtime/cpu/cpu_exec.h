@@ -28,6 +28,18 @@ CpuExec *cpu_exec_new(const Ir *ir, ExecMode mode);
 // that table index them (a sharded table's window on a CPU rank, table_sync.h). Its
 // gradient's row ids are then window rows too. windowed may be NULL (none).
 CpuExec *cpu_exec_new_windowed(const Ir *ir, ExecMode mode, const bool *windowed);
+// The same, and each parameter t with gathered[t] (ZeRO-3 on CPU ranks, dense_sync.h) holds
+// no values between its uses: before the first node of a pass (the forward pass, or the
+// backward pass) that reads it, the executor allocates the whole parameter and the fill
+// function given to cpu_exec_set_param_fill puts its values there; after the last node of
+// that pass that reads it, the buffer is freed. cpu_exec_data gives NULL for it in between,
+// and cpu_exec_init_params leaves it alone. fp32 mode only. Either array may be NULL.
+CpuExec *cpu_exec_new_parts(const Ir *ir, ExecMode mode, const bool *windowed,
+                            const bool *gathered);
+typedef void (*CpuParamFill)(void *ctx, int tensor, float *whole);
+void cpu_exec_set_param_fill(CpuExec *x, CpuParamFill fill, void *ctx);
+// The largest number of gathered parameters' elements whole at once, over both passes.
+int64_t cpu_exec_gathered_peak(const Ir *ir, const bool *gathered);
 // A windowed table's rows for the next batch: nrows x D elements, their contents left to
 // the caller; returns them (cpu_exec_data gives the same).
 void *cpu_exec_set_table_rows(CpuExec *x, int t, int64_t nrows);
@@ -48,10 +60,13 @@ void cpu_memory_set_available(int64_t bytes);
 bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size);
 // The same where table t holds table_rows[t] rows (and their optimizer state) when that is
 // >= 0: a rank's windowed tables (table_sync_rows_held). table_rows may be NULL.
+// param_elems[t] >= 0 (may be NULL) does the same for a gathered parameter: this rank's part
+// of it and its optimizer state, plus (once) the gathered parameters' peak whole at once
+// (cpu_exec_gathered_peak).
 int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
-                                   const int64_t *table_rows);
+                                   const int64_t *table_rows, const int64_t *param_elems);
 bool cpu_exec_check_fit_rows(const Ir *ir, ExecMode mode, int64_t B, const int64_t *table_rows,
-                             char *err, size_t err_size);
+                             const int64_t *param_elems, char *err, size_t err_size);
 void cpu_exec_free(CpuExec *x);
 
 // Deterministic initialization from `seed` (cpu_init.c, docs/executor.md): tables uniform with
@@ -61,6 +76,11 @@ void cpu_exec_init_params(CpuExec *x, uint64_t seed);
 // The fp32 initial values cpu_exec_init_params gives rows ids[n] of table t, into out[n x D]:
 // a windowed table's owner makes its own rows without the rest.
 void cpu_init_table_rows(const Ir *ir, int t, uint64_t seed, const int64_t *ids, int64_t n,
+                         float *out);
+
+// The fp32 initial values cpu_exec_init_params gives elements [from, from + n) of parameter
+// t (row-major), into out[n]: a gathered parameter's part (cpu_exec_new_parts).
+void cpu_init_param_part(const Ir *ir, int t, uint64_t seed, int64_t from, int64_t n,
                          float *out);
 
 // Binds one batch (its sizes and data); the batch must outlive the next forward/backward.

@@ -72,6 +72,11 @@ struct CpuExec {
   CpuNodeHook backward_hook;  // cpu_exec_set_backward_hook
   void *backward_hook_ctx;
   bool forward_ran;     // a forward pass since the last backward pass (pooled buffers live)
+  // Gathered parameters (cpu_exec_new_parts): per tensor, the first and last node of each pass
+  // (0: forward, 1: backward) that reads it, or -1 (not gathered, or not read in that pass).
+  int *gather_first[2], *gather_last[2];
+  CpuParamFill param_fill;  // cpu_exec_set_param_fill
+  void *param_fill_ctx;
   int *last_use;        // per tensor: the last node that reads it, or -1
   PoolBlock *pool;
   int npool, cap_pool;

@@ -62,16 +62,20 @@ static InitKind init_kind(const Ir *ir, int t) {
   return tt->nfixed == 2 ? INIT_GLOROT : INIT_ZERO;
 }
 
-static void init_tensor(CpuExec *x, int t, uint64_t seed) {
-  const Tensor *tt = &x->ir->tensors[t];
-  TensorBuf *b = &x->buf[t];
-  InitKind kind = init_kind(x->ir, t);
-  uint64_t state = seed ^ hash_name(tt->name);
-  next_u64(&state);
+// Elements [from, from + n) of tensor t (rows x width), into f32 (rounded to its dtype) or
+// f64. The stream drops one draw, then takes `draws` per element in row-major order; a
+// splitmix64 state only adds a constant per draw, so element `from`'s state is known directly.
+static void init_elements(const Ir *ir, int t, int64_t rows, int64_t width, uint64_t seed,
+                          int64_t from, int64_t n, float *f32, double *f64) {
+  const Tensor *tt = &ir->tensors[t];
+  InitKind kind = init_kind(ir, t);
+  uint64_t draws = kind == INIT_SEEDS ? 2 : kind == INIT_GLOROT || kind == INIT_TABLE ? 1 : 0;
+  uint64_t state = (seed ^ hash_name(tt->name)) +
+                   (1 + (uint64_t)from * draws) * 0x9e3779b97f4a7c15ull;
   double bound = 0;
-  if (kind == INIT_GLOROT) bound = sqrt(6.0 / (double)(b->rows + b->width));
-  if (kind == INIT_TABLE) bound = sqrt(3.0 / (double)b->width);
-  for (int64_t i = 0; i < b->numel; i++) {
+  if (kind == INIT_GLOROT) bound = sqrt(6.0 / (double)(rows + width));
+  if (kind == INIT_TABLE) bound = sqrt(3.0 / (double)width);
+  for (int64_t i = 0; i < n; i++) {
     double v = 0;
     switch (kind) {
     case INIT_ZERO: v = 0; break;
@@ -80,32 +84,34 @@ static void init_tensor(CpuExec *x, int t, uint64_t seed) {
     case INIT_TABLE: v = bound * (2.0 * next_unit(&state) - 1.0); break;
     case INIT_SEEDS: v = 0.02 * next_normal(&state); break;
     }
-    if (x->mode == EXEC_F64)
-      ((double *)b->data)[i] = v;
-    else
-      ((float *)b->data)[i] = round_to_dtype((float)v, tt->dtype);
+    if (f64) f64[i] = v;
+    else f32[i] = round_to_dtype((float)v, tt->dtype);
   }
 }
 
 void cpu_exec_init_params(CpuExec *x, uint64_t seed) {
   for (int t = 0; t < x->ir->ntensors; t++) {
     TensorKind k = x->ir->tensors[t].kind;
-    if (k == TENSOR_PARAM || k == TENSOR_TABLE) init_tensor(x, t, seed);
+    TensorBuf *b = &x->buf[t];
+    if ((k != TENSOR_PARAM && k != TENSOR_TABLE) || !b->data) continue;  // gathered: no values
+    bool f64 = x->mode == EXEC_F64;
+    init_elements(x->ir, t, b->rows, b->width, seed, 0, b->numel, f64 ? NULL : b->data,
+                  f64 ? b->data : NULL);
   }
+}
+
+void cpu_init_param_part(const Ir *ir, int t, uint64_t seed, int64_t from, int64_t n,
+                         float *out) {
+  const Tensor *tt = &ir->tensors[t];
+  int64_t rows = tt->nfixed == 2 ? tt->fixed[0] : 1;
+  int64_t width = tt->nfixed == 2 ? tt->fixed[1] : tt->fixed[0];
+  init_elements(ir, t, rows, width, seed, from, n, out, NULL);
 }
 
 void cpu_init_table_rows(const Ir *ir, int t, uint64_t seed, const int64_t *ids, int64_t n,
                          float *out) {
   const Tensor *tt = &ir->tensors[t];
   int64_t D = tt->nfixed > 1 ? tt->fixed[1] : 1;
-  double bound = sqrt(3.0 / (double)D);
-  // init_tensor's stream: one draw dropped, then one per element in row-major order. A
-  // splitmix64 state only adds a constant per draw, so element e's state is known directly.
-  const uint64_t start = seed ^ hash_name(tt->name), step = 0x9e3779b97f4a7c15ull;
   for (int64_t i = 0; i < n; i++)
-    for (int64_t j = 0; j < D; j++) {
-      uint64_t state = start + (uint64_t)(ids[i] * D + j + 1) * step;
-      double v = bound * (2.0 * next_unit(&state) - 1.0);
-      out[i * D + j] = round_to_dtype((float)v, tt->dtype);
-    }
+    init_elements(ir, t, tt->fixed[0], D, seed, ids[i] * D, D, out + i * D, NULL);
 }

@@ -59,7 +59,7 @@ static void adamw_step(OptimState *s, float *w, const float *g, int64_t from, in
     s->v[j] = (float)v;
     double mhat = (double)s->m[j] / bc1;
     double vhat = (double)s->v[j] / bc2;
-    w[i] = (float)(w[i] - c->lr * (mhat / (sqrt(vhat) + c->eps) + c->weight_decay * w[i]));
+    w[k] = (float)(w[k] - c->lr * (mhat / (sqrt(vhat) + c->eps) + c->weight_decay * w[k]));
   }
 }
 
@@ -72,7 +72,7 @@ void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from
       adamw_step(s, w, g, from, n);
       return;
     case OPTIM_SGD:
-      for (int64_t k = 0; k < n; k++) w[from + k] = (float)(w[from + k] - s->cfg.lr * g[k]);
+      for (int64_t k = 0; k < n; k++) w[k] = (float)(w[k] - s->cfg.lr * g[k]);
       return;
     case OPTIM_NONE:  // a frozen parameter
       return;

@@ -30,9 +30,9 @@ void optim_state_init_part(OptimState *s, Optim cfg, int64_t from, int64_t n);
 void optim_state_free(OptimState *s);
 // One step on a dense parameter w[n] with gradient g[n].
 void optim_step_dense(OptimState *s, float *w, const float *g, int64_t n);
-// One step on elements [from, from + n) of a dense parameter w (w is the whole parameter; the
-// state holds at least those elements; g holds their n gradients): the update of one ZeRO
-// shard. The step count advances as for a whole step, also when n is 0.
+// One step on elements [from, from + n) of a dense parameter, held in w[n] (w points at
+// element `from`; the state holds at least those elements; g holds their n gradients): the
+// update of one ZeRO shard. The step count advances as for a whole step, also when n is 0.
 void optim_step_dense_part(OptimState *s, float *w, const float *g, int64_t from, int64_t n);
 // One step on a table w[rows, dim] from a rows-gradient: nrows distinct ascending ids, grad
 // nrows x dim. Rows outside the table are an internal error (the data reader checks ids).

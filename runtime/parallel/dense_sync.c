@@ -9,6 +9,7 @@
 
 #include "checked.h"
 #include "clock.h"
+#include "internal_error.h"
 
 typedef struct DParam {
   int tensor, index;    // IR tensor; position in the caller's `params`
@@ -21,7 +22,9 @@ typedef struct Bucket {
   int first, count;     // its parameters: p[first, first + count)
   int64_t size;         // elements
   int last_node;        // its gradients are final after this backward node
-  float *buf;           // the packed gradients, then the gathered parameters
+  float *buf;           // the packed gradients, then the gathered parameters (ZeRO-3: only
+                        // while its reduction is in flight)
+  float *shard;         // ZeRO-3: this rank's part of its parameters' values, [own_lo, own_hi)
   float *part;          // ZeRO-2: the reduced gradients of this rank's part; ZeRO: the part to send
   int64_t *parts;       // [world] the parts' sizes
   int64_t own_lo, own_hi;  // this rank's part, in bucket elements
@@ -47,16 +50,21 @@ struct DenseSync {
   char err[320];
   double wait_s;
   double span_start, span_s;
+  double gather_s;      // ZeRO-3: seconds in dense_sync_gather since dense_sync_take_gather_seconds
 };
 
 const char *dense_mode_name(DenseMode m) {
-  return m == DENSE_ZERO1 ? "zero1" : m == DENSE_ZERO2 ? "zero2" : "data-parallel";
+  return m == DENSE_ZERO1   ? "zero1"
+         : m == DENSE_ZERO2 ? "zero2"
+         : m == DENSE_ZERO3 ? "zero3"
+                            : "data-parallel";
 }
 
 bool dense_mode_parse(const char *s, DenseMode *out) {
   if (strcmp(s, "data-parallel") == 0 || strcmp(s, "dp") == 0) *out = DENSE_DATA_PARALLEL;
   else if (strcmp(s, "zero1") == 0) *out = DENSE_ZERO1;
   else if (strcmp(s, "zero2") == 0) *out = DENSE_ZERO2;
+  else if (strcmp(s, "zero3") == 0) *out = DENSE_ZERO3;
   else return false;
   return true;
 }
@@ -106,13 +114,15 @@ static DenseSync *build(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_by
   }
   for (int j = 0; j < d->nb; j++) {
     Bucket *k = &d->b[j];
-    k->buf = xcalloc((size_t)k->size + 1, sizeof *k->buf);
+    if (mode != DENSE_ZERO3) k->buf = xcalloc((size_t)k->size + 1, sizeof *k->buf);
     k->parts = xcalloc((size_t)world, sizeof *k->parts);
     for (int r = 0; r < world; r++)
       k->parts[r] = k->size * (r + 1) / world - k->size * r / world;
     k->own_lo = k->size * rank / world;
     k->own_hi = k->size * (rank + 1) / world;
     k->part = xcalloc((size_t)(k->own_hi - k->own_lo) + 1, sizeof *k->part);
+    if (mode == DENSE_ZERO3)
+      k->shard = xcalloc((size_t)(k->own_hi - k->own_lo) + 1, sizeof *k->shard);
     k->handle = -1;
     k->dev = xcalloc((size_t)k->count + 1, sizeof *k->dev);
     k->dev_counts = xcalloc((size_t)k->count + 1, sizeof *k->dev_counts);
@@ -149,6 +159,7 @@ void dense_sync_free(DenseSync *d) {
   if (!d) return;
   for (int j = 0; j < d->nb; j++) {
     free(d->b[j].buf);
+    free(d->b[j].shard);
     free(d->b[j].part);
     free(d->b[j].parts);
     free(d->b[j].dev);
@@ -199,6 +210,7 @@ static void start_bucket(DenseSync *d, Bucket *k, int index) {
     return;
   }
   float s = (float)d->share;
+  if (!k->buf) k->buf = xcalloc((size_t)k->size + 1, sizeof *k->buf);  // ZeRO-3: for now
   for (int i = k->first; i < k->first + k->count; i++) {
     const float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
     float *dst = k->buf + d->p[i].offset;
@@ -208,7 +220,7 @@ static void start_bucket(DenseSync *d, Bucket *k, int index) {
   char what[64];
   snprintf(what, sizeof what, "dense gradients, bucket %d of %d", index + 1, d->nb);
   CommCall call = {.dtype = COMM_F32, .send = k->buf, .what = what};
-  if (d->mode == DENSE_ZERO2) {
+  if (d->mode == DENSE_ZERO2 || d->mode == DENSE_ZERO3) {
     call.kind = COMM_REDUCE_SCATTER;
     call.recv = k->part;
     call.counts = k->parts;
@@ -250,7 +262,9 @@ bool dense_sync_finish(DenseSync *d, char *err, size_t err_size) {
     snprintf(err, err_size, "%s", d->err);
     return false;
   }
-  if (d->mode == DENSE_ZERO2 || d->device) return true;
+  if (d->mode == DENSE_ZERO3)
+    for (int j = 0; j < d->nb; j++) free(d->b[j].buf), d->b[j].buf = NULL;
+  if (d->mode == DENSE_ZERO2 || d->mode == DENSE_ZERO3 || d->device) return true;
   for (int j = 0; j < d->nb; j++)
     for (int i = d->b[j].first; i < d->b[j].first + d->b[j].count; i++) {
       float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
@@ -311,11 +325,67 @@ bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_
     for (int i = k->first; i < k->first + k->count; i++) {
       const DParam *p = &d->p[i];
       int64_t from, n = own_range(k, p, &from);
-      // ZeRO-1 reduced the whole bucket; ZeRO-2 only this rank's part.
-      const float *g = d->mode == DENSE_ZERO2 ? k->part + (p->offset + from - k->own_lo)
-                                              : k->buf + p->offset + from;
-      optim_step_dense_part(states[p->index], cpu_exec_data(d->x, p->tensor), g, from, n);
+      // ZeRO-1 reduced the whole bucket; ZeRO-2 and 3 only this rank's part.
+      const float *g = d->mode == DENSE_ZERO1 ? k->buf + p->offset + from
+                                              : k->part + (p->offset + from - k->own_lo);
+      float *w = d->mode == DENSE_ZERO3 ? k->shard + (p->offset + from - k->own_lo)
+                                        : (float *)cpu_exec_data(d->x, p->tensor) + from;
+      optim_step_dense_part(states[p->index], w, g, from, n);
     }
   }
-  return gather_params(d, err, err_size);
+  return d->mode == DENSE_ZERO3 || gather_params(d, err, err_size);
+}
+
+// ZeRO-3: parameter i (in the order of `params`) and its bucket.
+static const DParam *param_at(const DenseSync *d, int i, const Bucket **k) {
+  for (int j = 0; j < d->nb; j++)
+    for (int q = d->b[j].first; q < d->b[j].first + d->b[j].count; q++)
+      if (d->p[q].index == i) {
+        *k = &d->b[j];
+        return &d->p[q];
+      }
+  return NULL;
+}
+
+float *dense_sync_shard(DenseSync *d, int i, int64_t *from, int64_t *n) {
+  const Bucket *k;
+  const DParam *p = param_at(d, i, &k);
+  *from = *n = 0;
+  if (!p || d->mode != DENSE_ZERO3) return NULL;
+  *n = own_range(k, p, from);
+  return *n > 0 ? k->shard + (p->offset + *from - k->own_lo) : NULL;
+}
+
+bool dense_sync_gather(DenseSync *d, int i, float *whole, char *err, size_t err_size) {
+  const Bucket *k;
+  const DParam *p = param_at(d, i, &k);
+  GEMC_ASSERT(p && d->mode == DENSE_ZERO3);
+  int world = comm_world(d->c);
+  int64_t *counts = xcalloc((size_t)world, sizeof *counts);
+  int64_t lo = 0;  // the ranks' parts tile the bucket in rank order
+  for (int r = 0; r < world; r++) {
+    int64_t hi = lo + k->parts[r];
+    int64_t a = p->offset > lo ? p->offset : lo;
+    int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+    counts[r] = b > a ? b - a : 0;
+    lo = hi;
+  }
+  int64_t from, n = own_range(k, p, &from);
+  char what[320];
+  snprintf(what, sizeof what, "parameter '%s' gathered (ZeRO-3)", d->ir->tensors[p->tensor].name);
+  CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32,
+                   .send = n > 0 ? k->shard + (p->offset + from - k->own_lo) : whole,
+                   .recv = whole, .counts = counts, .what = what};
+  double t0 = monotonic_seconds();
+  int h = comm_start(d->c, &call, err, err_size);
+  bool ok = h >= 0 && comm_wait(d->c, h, err, err_size);
+  d->gather_s += monotonic_seconds() - t0;
+  free(counts);
+  return ok;
+}
+
+double dense_sync_take_gather_seconds(DenseSync *d) {
+  double s = d->gather_s;
+  d->gather_s = 0;
+  return s;
 }

@@ -8,6 +8,11 @@
 //     the updated parameters are then all-gathered.
 //   - ZeRO-2: a reduce-scatter instead of the all-reduce, so each rank receives only the
 //     reduced gradients of its part; then the same update and all-gather as ZeRO-1.
+//   - ZeRO-3: the same reduce-scatter and update as ZeRO-2, but the parameters are sharded
+//     too: a rank keeps only its part of their values (dense_sync_shard), and the executor
+//     gathers a parameter whole for the nodes of a pass that read it (dense_sync_gather,
+//     cpu_exec_new_parts), then frees it. The packed gradients of a bucket exist only while
+//     its reduction is in flight. CPU ranks only.
 // A rank's gradients are scaled by its share of the global batch (its examples / B) before
 // the sum, so the result is the gradient of the global batch's mean loss.
 // defines: DenseMode, DenseSync, dense_sync_*
@@ -23,8 +28,8 @@
 #include "ir.h"
 #include "optim.h"
 
-typedef enum DenseMode { DENSE_DATA_PARALLEL, DENSE_ZERO1, DENSE_ZERO2 } DenseMode;
-const char *dense_mode_name(DenseMode m);        // "data-parallel", "zero1", "zero2"
+typedef enum DenseMode { DENSE_DATA_PARALLEL, DENSE_ZERO1, DENSE_ZERO2, DENSE_ZERO3 } DenseMode;
+const char *dense_mode_name(DenseMode m);  // "data-parallel", "zero1", "zero2", "zero3"
 bool dense_mode_parse(const char *s, DenseMode *out);
 
 typedef struct DenseSync DenseSync;
@@ -65,6 +70,14 @@ bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_
 // ZeRO: the elements of parameter i (in the order of `params`) that this rank owns,
 // [*from, *from + n); n is 0 when it owns none (and always for data parallel).
 int64_t dense_sync_owned(const DenseSync *d, int i, int64_t *from);
+// ZeRO-3: the values of this rank's part of parameter i, [*from, *from + *n) of its elements
+// (NULL and 0 when it owns none); they persist, and dense_sync_update updates them.
+float *dense_sync_shard(DenseSync *d, int i, int64_t *from, int64_t *n);
+// ZeRO-3: parameter i whole into whole[numel], from every rank's part (a collective: every
+// rank calls it for the same parameters in the same order).
+bool dense_sync_gather(DenseSync *d, int i, float *whole, char *err, size_t err_size);
+// ZeRO-3: the seconds spent in dense_sync_gather since the last call (then restarts at 0).
+double dense_sync_take_gather_seconds(DenseSync *d);
 // Seconds this step spent waiting in finish and update (the exposed communication).
 double dense_sync_wait_seconds(const DenseSync *d);
 // Seconds from the step's first bucket start to the end of finish (the gradients' reduction,

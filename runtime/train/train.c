@@ -114,6 +114,9 @@ struct Trainer {
   int64_t *share_split;      // and its shares
   OptimState **dense_states; // the dense parameters' optimizers, in dense_sync's order
   OptimState **table_states; // [ir->ntensors] the tables' optimizers (NULL elsewhere)
+  int *dense_index;          // ZeRO-3: [ir->ntensors] a gathered parameter's place in
+                             // dense_sync's order, or -1 (NULL: not ZeRO-3)
+  char gather_err[320];      // ZeRO-3: why a gather failed during the last pass ("": none)
   float *probs_all;          // [B] every rank's predictions of one task
   float *labels_all;         // [B] its labels
   float *teacher_all;        // [B] the synthetic teacher's probabilities (evaluation)
@@ -215,6 +218,10 @@ static void setup_optimizers(Trainer *t) {
       bool windowed = t->tables && table_sync_own_rows(t->tables, i, &nown) != NULL;
       optim_state_init(&p->st, table_override(x->optim, &t->opt.optim),
                        windowed ? nown : p->rows, p->dim);
+    } else if (t->dense_index && t->dense_index[i] >= 0) {  // ZeRO-3: this rank's part
+      int64_t from, n;
+      dense_sync_shard(t->dense, t->dense_index[i], &from, &n);
+      optim_state_init_part(&p->st, dense_override(x->optim, &t->opt.optim), from, n);
     } else {
       optim_state_init(&p->st, dense_override(x->optim, &t->opt.optim), p->numel, 0);
     }
@@ -323,6 +330,72 @@ static bool setup_data_file(Trainer *t, char *err, size_t err_size) {
 static bool dist_setup(Trainer *t, char *err, size_t err_size);
 static bool dist_agree(Trainer *t, bool mine, const char *what, char *err, size_t err_size);
 
+// The dense parameters distributed training keeps in sync: those with a gradient, in the IR's
+// order (dense_sync's `params`). Returns their number.
+static int dense_params(const Ir *ir, int *params) {
+  int n = 0;
+  for (int i = 0; i < ir->ntensors; i++)
+    if (ir->tensors[i].kind == TENSOR_PARAM && ir_grad_of(ir, i) >= 0) params[n++] = i;
+  return n;
+}
+
+static int64_t bucket_bytes(const Trainer *t) {
+  return t->opt.bucket_bytes > 0 ? t->opt.bucket_bytes : DEFAULT_BUCKET_BYTES;
+}
+
+// ZeRO-3 on CPU ranks: the dense sync comes first, since it decides which part of each
+// parameter this rank keeps; gathered[p] and param_elems[p] (that part's size, -1 elsewhere)
+// tell the executor and the memory check.
+static void zero3_setup(Trainer *t, bool *gathered, int64_t *param_elems) {
+  const Ir *ir = t->ir;
+  int *params = xcalloc((size_t)ir->ntensors + 1, sizeof *params);
+  int np = dense_params(ir, params);
+  t->dense = dense_sync_new(t->opt.comm, ir, DENSE_ZERO3, bucket_bytes(t), params, np);
+  t->dense_index = xcalloc((size_t)ir->ntensors + 1, sizeof *t->dense_index);
+  for (int i = 0; i < ir->ntensors; i++) t->dense_index[i] = -1, param_elems[i] = -1;
+  for (int i = 0; i < np; i++) {
+    int64_t from, n;
+    dense_sync_shard(t->dense, i, &from, &n);
+    t->dense_index[params[i]] = i;
+    gathered[params[i]] = true;
+    param_elems[params[i]] = n;
+  }
+  free(params);
+}
+
+// The executor's fill of a gathered parameter: every rank's part of it. A failure is kept for
+// the step to report (the executor's pass runs to its end on zeros).
+static void zero3_fill(void *ctx, int tensor, float *whole) {
+  Trainer *t = ctx;
+  if (t->gather_err[0] ||
+      !dense_sync_gather(t->dense, t->dense_index[tensor], whole, t->gather_err,
+                         sizeof t->gather_err)) {
+    if (!t->gather_err[0]) snprintf(t->gather_err, sizeof t->gather_err, "a gather failed");
+    int64_t n = cpu_exec_numel(t->x, tensor);
+    memset(whole, 0, (size_t)n * sizeof *whole);
+  }
+}
+
+// This rank's part of each gathered parameter, with the values the whole parameter gets from
+// `seed`.
+static void zero3_init(Trainer *t, uint64_t seed) {
+  for (int i = 0; i < t->ir->ntensors; i++) {
+    if (t->dense_index[i] < 0) continue;
+    int64_t from, n;
+    float *part = dense_sync_shard(t->dense, t->dense_index[i], &from, &n);
+    if (part) cpu_init_param_part(t->ir, i, seed, from, n, part);
+  }
+  cpu_exec_set_param_fill(t->x, zero3_fill, t);
+}
+
+// A pass that gathered parameters: a failed gather fails the step.
+static bool zero3_pass_ok(Trainer *t, char *err, size_t err_size) {
+  if (!t->gather_err[0]) return true;
+  fail(err, err_size, "%s", t->gather_err);
+  t->gather_err[0] = '\0';
+  return false;
+}
+
 Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) {
   GEMC_ASSERT(ir->loss >= 0);
   Trainer *t = xcalloc(1, sizeof *t);
@@ -334,9 +407,10 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
   schema_from_ir(ir, &t->schema);
 
   // CPU ranks place the tables first: each holds only its own rows of a sharded table
-  // (table_sync_windowed), and the memory check counts those.
-  bool *windowed = NULL;
-  int64_t *held = NULL;
+  // (table_sync_windowed), and the memory check counts those. Under ZeRO-3 each holds only its
+  // part of the dense parameters, gathered whole while a pass reads them (zero3_fill).
+  bool *windowed = NULL, *gathered = NULL;
+  int64_t *held = NULL, *param_elems = NULL;
   if (o->comm && !o->cuda && comm_world(o->comm) > 1) {
     TablePlacement *none = o->placement ? NULL : xcalloc((size_t)ir->ntensors + 1, sizeof *none);
     t->tables = table_sync_new(o->comm, ir, &t->schema, none ? none : o->placement);
@@ -345,21 +419,33 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
     held = xcalloc((size_t)ir->ntensors + 1, sizeof *held);
     table_sync_windowed(t->tables, windowed);
     for (int i = 0; i < ir->ntensors; i++) held[i] = table_sync_rows_held(t->tables, i, t->B);
+    if (o->dense_mode == DENSE_ZERO3) {
+      gathered = xcalloc((size_t)ir->ntensors + 1, sizeof *gathered);
+      param_elems = xcalloc((size_t)ir->ntensors + 1, sizeof *param_elems);
+      zero3_setup(t, gathered, param_elems);
+    }
   }
   // Both backends start from the CPU executor's parameters: refuse a model that cannot fit
   // before allocating anything large.
-  if (!cpu_exec_check_fit_rows(ir, EXEC_F32, t->B, held, err, err_size)) {
+  if (!cpu_exec_check_fit_rows(ir, EXEC_F32, t->B, held, param_elems, err, err_size)) {
     table_sync_free(t->tables);
+    dense_sync_free(t->dense);
+    free(t->dense_index);
     free(windowed);
+    free(gathered);
     free(held);
+    free(param_elems);
     free(t);
     return NULL;
   }
-  t->x = cpu_exec_new_windowed(ir, EXEC_F32, windowed);
+  t->x = cpu_exec_new_parts(ir, EXEC_F32, windowed, gathered);
   free(windowed);
+  free(gathered);
   free(held);
+  free(param_elems);
   cpu_exec_init_params(t->x, o->seed);
   if (t->tables) table_sync_init_rows(t->tables, o->seed);
+  if (t->dense_index) zero3_init(t, o->seed);
   setup_optimizers(t);
   batch_alloc(&t->batch, &t->schema, t->B);
   bool ok = setup_tasks(t, err, err_size);
@@ -413,6 +499,7 @@ void trainer_free(Trainer *t) {
   free(t->split);
   free(t->share_split);
   free(t->dense_states);
+  free(t->dense_index);
   free(t->table_states);
   free(t->probs_all);
   free(t->labels_all);
@@ -733,9 +820,12 @@ bool trainer_check_finite(Trainer *t, char *err, size_t err_size) {
     const Trained *p = &t->trained[i];
     int64_t nown = 0;
     const float *own = t->tables ? table_sync_own_rows(t->tables, p->tensor, &nown) : NULL;
+    int64_t len = own ? nown * p->dim : p->numel, from;
+    if (t->dense_index && t->dense_index[p->tensor] >= 0)  // ZeRO-3: this rank's part
+      own = dense_sync_shard(t->dense, t->dense_index[p->tensor], &from, &len);
     const float *arrays[3] = {own ? own : cpu_exec_data(t->x, p->tensor),
                               p->st.m ? p->st.m : p->st.rowsum, p->st.v};
-    int64_t lens[3] = {own ? nown * p->dim : p->numel, p->st.n, p->st.n};
+    int64_t lens[3] = {len, p->st.n, p->st.n};
     for (int k = 0; !bad && k < 3; k++) {
       if (!arrays[k]) continue;
       nan = inf = 0;
@@ -964,22 +1054,20 @@ static bool dist_setup(Trainer *t, char *err, size_t err_size) {
   t->teacher_all = xcalloc((size_t)t->B, sizeof *t->teacher_all);
   t->teacher_mine = xcalloc((size_t)t->B, sizeof *t->teacher_mine);
   batch_alloc(&t->local, &t->schema, t->B);
-  int *params = xcalloc((size_t)t->ntrained + 1, sizeof *params), np = 0;
+  int *params = xcalloc((size_t)t->ir->ntensors + 1, sizeof *params);
+  int np = dense_params(t->ir, params);
   t->dense_states = xcalloc((size_t)t->ntrained + 1, sizeof *t->dense_states);
   t->table_states = xcalloc((size_t)t->ir->ntensors + 1, sizeof *t->table_states);
-  for (int i = 0; i < t->ntrained; i++) {
+  for (int i = 0, d = 0; i < t->ntrained; i++) {
     Trained *p = &t->trained[i];
-    if (p->table) {
-      t->table_states[p->tensor] = &p->st;
-    } else if (ir_grad_of(t->ir, p->tensor) >= 0) {
-      t->dense_states[np] = &p->st;
-      params[np++] = p->tensor;
-    }
+    if (p->table) t->table_states[p->tensor] = &p->st;
+    else if (d < np && params[d] == p->tensor) t->dense_states[d++] = &p->st;
   }
-  int64_t bucket = t->opt.bucket_bytes > 0 ? t->opt.bucket_bytes : DEFAULT_BUCKET_BYTES;
+  int64_t bucket = bucket_bytes(t);
   bool ok = true;
   if (t->gpu) ok = dist_gpu_dense(t, params, np, bucket, err, err_size);
-  else t->dense = dense_sync_new(c, t->ir, t->opt.dense_mode, bucket, params, np);
+  else if (!t->dense)  // (ZeRO-3 made it before the executor, zero3_setup)
+    t->dense = dense_sync_new(c, t->ir, t->opt.dense_mode, bucket, params, np);
   free(params);
   if (!ok) return false;
   if (!t->gpu && dense_sync_mode(t->dense) != DENSE_DATA_PARALLEL) {
@@ -1119,7 +1207,8 @@ static bool dist_forward(Trainer *t, int64_t stream_first, double *loss, double 
   if (!cpu_exec_set_batch(t->x, bound, reason, sizeof reason))
     return fail(err, err_size, "the batch does not fit model %s: %s", t->ir->model, reason);
   *loss = *share * cpu_exec_forward(t->x);
-  return dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
+  return zero3_pass_ok(t, err, err_size) &&
+         dist_allreduce(t, loss, 1, COMM_F64, "the loss", err, err_size);
 }
 
 // The end of a distributed step on either backend: the loss history, the counters, the times.
@@ -1130,7 +1219,8 @@ static void dist_step_done(Trainer *t, double l, double start, double comm_befor
   t->cursor += t->B;
   double took = monotonic_seconds() - start;
   t->dist_comm_s += table_sync_seconds(t->tables) - tables_before +
-                    dense_sync_wait_seconds(t->dense);
+                    dense_sync_wait_seconds(t->dense) +
+                    (t->dense_index ? dense_sync_take_gather_seconds(t->dense) : 0);
   t->dist_compute_s += took - (t->dist_comm_s - comm_before);
   t->grad_bytes_s += dense_sync_span_seconds(t->dense);
   t->dist_steps++;
@@ -1274,6 +1364,7 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
     skip_update(t);
   } else {
     cpu_exec_backward(t->x);
+    if (!zero3_pass_ok(t, err, err_size)) return false;
     // The guard looks at each rank's own gradients; any rank's bad value stops every rank.
     char name[192] = "a gradient of another rank";
     int64_t bad[3] = {0, 0, 0};  // NaN, Inf, values

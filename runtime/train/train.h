@@ -187,7 +187,7 @@ double trainer_peak_tflops(const Trainer *t);
 typedef struct DistSummary {
   int world;
   const char *backend;      // "mpi"
-  const char *dense_mode;   // "data-parallel", "zero1", "zero2"
+  const char *dense_mode;   // "data-parallel", "zero1", "zero2", "zero3"
   int buckets;
   double step_s, compute_s, exposed_comm_s;  // per step, this rank (rank 0 when printed)
   double local_mfu, e2e_mfu, scaling_ratio;

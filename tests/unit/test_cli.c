@@ -351,7 +351,7 @@ static void test_cli_driver_launch_usage_errors(void **state) {
   assert_non_null(strstr(r->out, "--nproc-per-node"));
   r = run_gemc("train valid.gem --dense zero9");
   assert_int_equal(r->rc, 2);
-  assert_non_null(strstr(r->err, "--dense needs data-parallel, zero1 or zero2, got 'zero9'"));
+  assert_non_null(strstr(r->err, "--dense needs data-parallel, zero1, zero2 or zero3, got 'zero9'"));
   r = run_gemc("train valid.gem --comm-timeout 0");
   assert_int_equal(r->rc, 2);
   r = run_gemc("train valid.gem --bucket-mb -1");

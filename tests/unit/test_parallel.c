@@ -106,8 +106,8 @@ static void test_optim_part_equals_whole(void **state) {
     for (int i = 0; i < N; i++) g[i] = 0.01f * (float)((i * 7 + s * 3) % 11) - 0.05f;
     optim_step_dense(&whole, w, g, N);
     optim_step_dense_part(&lo, wp, g, 0, CUT);
-    optim_step_dense_part(&hi, wp, g + CUT, CUT, N - CUT);
-    optim_step_dense_part(&none, wp, g, N, 0);
+    optim_step_dense_part(&hi, wp + CUT, g + CUT, CUT, N - CUT);
+    optim_step_dense_part(&none, wp + N, g, N, 0);
   }
   assert_memory_equal(w, wp, sizeof w);
   assert_int_equal(none.step, STEPS);
@@ -160,7 +160,9 @@ static void test_option_names(void **state) {
   DenseMode m;
   assert_true(dense_mode_parse("zero2", &m) && m == DENSE_ZERO2);
   assert_true(dense_mode_parse("dp", &m) && m == DENSE_DATA_PARALLEL);
-  assert_false(dense_mode_parse("zero3", &m));
+  assert_true(dense_mode_parse("zero3", &m) && m == DENSE_ZERO3);
+  assert_false(dense_mode_parse("zero4", &m));
+  assert_string_equal(dense_mode_name(DENSE_ZERO3), "zero3");
   assert_string_equal(dense_mode_name(DENSE_ZERO1), "zero1");
   TablePlacement p;
   assert_true(table_placement_parse("row", &p) && p == PLACE_ROW);
