@@ -146,6 +146,15 @@ static bool is_gathered(const Ir *ir, const bool *gathered, int t) {
   return gathered && gathered[t] && ir->tensors[t].kind == TENSOR_PARAM;
 }
 
+// The gradient of a gathered parameter: allocated when the backward pass writes it, and
+// released by its owner (cpu_exec_release_grad).
+static bool is_gathered_grad(const Ir *ir, const bool *gathered, int t) {
+  if (!gathered) return false;
+  for (int p = 0; p < ir->ntensors; p++)
+    if (is_gathered(ir, gathered, p) && ir_grad_of(ir, p) == t) return true;
+  return false;
+}
+
 // first[p][t], last[p][t]: the first and last node of pass p (0: forward, 1: backward) that
 // reads gathered parameter t, or -1.
 static void gather_spans(const Ir *ir, const bool *gathered, int nforward, int *first[2],
@@ -223,8 +232,8 @@ CpuExec *cpu_exec_new_parts(const Ir *ir, ExecMode mode, const bool *windowed,
     // windowed table has the rows its caller gives each batch (cpu_exec_set_table_rows).
     if (windowed && windowed[t] && tt->kind == TENSOR_TABLE) {
       b->rows = b->numel = 0;
-    } else if (is_gathered(ir, gathered, t)) {
-      b->numel = b->rows * b->width;  // allocated while a pass reads it (gather_param)
+    } else if (is_gathered(ir, gathered, t) || is_gathered_grad(ir, gathered, t)) {
+      b->numel = b->rows * b->width;  // allocated while a pass reads (or writes) it
     } else if (tt->layout == LAYOUT_FIXED) {
       b->numel = b->rows * b->width;
       ensure_capacity(x, t, b->numel, false);
@@ -647,6 +656,15 @@ void *cpu_exec_grad(CpuExec *x, int t, int64_t *nrows, const int64_t **row_ids) 
     if (!x->buf[g].data) cpu_resize_rows(x, g, 0);
   }
   return x->buf[g].data;
+}
+
+void cpu_exec_release_grad(CpuExec *x, int t) {
+  int g = t >= 0 && t < x->ir->ntensors ? ir_grad_of(x->ir, t) : -1;
+  if (g < 0 || x->ir->tensors[g].layout != LAYOUT_FIXED) return;
+  TensorBuf *b = &x->buf[g];
+  free(b->own);
+  b->own = b->data = NULL;
+  b->own_cap = 0;
 }
 
 int cpu_exec_ntasks(const CpuExec *x) { return x->ntasks; }

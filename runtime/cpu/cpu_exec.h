@@ -117,6 +117,10 @@ void cpu_exec_keep_values(CpuExec *x, bool keep);
 // nrows and row_ids may be NULL.
 void *cpu_exec_grad(CpuExec *x, int t, int64_t *nrows, const int64_t **row_ids);
 
+// Frees the gradient buffer of parameter t until the next backward pass writes it again
+// (ZeRO-3: once its bucket has packed it); cpu_exec_grad gives NULL for it until then.
+void cpu_exec_release_grad(CpuExec *x, int t);
+
 // The model's tasks: one per bce node, in IR order. After a forward, cpu_exec_task_probs
 // gives sigmoid(logit) for each of the B examples (float, in both modes).
 int cpu_exec_ntasks(const CpuExec *x);

@@ -2,6 +2,7 @@
 #include "dense_sync.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,10 @@ struct DenseSync {
   double wait_s;
   double span_start, span_s;
   double gather_s;      // ZeRO-3: seconds in dense_sync_gather since dense_sync_take_gather_seconds
+  // ZeRO-3: the non-finite values of the gradients packed (and released) this step, and the
+  // first parameter that had one (-1: none).
+  int64_t bad_nan, bad_inf, bad_values;
+  int bad_tensor;
 };
 
 const char *dense_mode_name(DenseMode m) {
@@ -188,6 +193,8 @@ void dense_sync_begin(DenseSync *d, CpuExec *x, double share) {
   d->wait_s = 0;
   d->span_start = 0;
   d->span_s = 0;
+  d->bad_nan = d->bad_inf = d->bad_values = 0;
+  d->bad_tensor = -1;
 }
 
 // GPU ranks: the bucket's gradients all-reduced in place, scaled by the share, after the
@@ -216,6 +223,18 @@ static void start_bucket(DenseSync *d, Bucket *k, int index) {
     float *dst = k->buf + d->p[i].offset;
     if (!g) memset(dst, 0, (size_t)d->p[i].numel * sizeof *dst);
     else for (int64_t e = 0; e < d->p[i].numel; e++) dst[e] = g[e] * s;
+    if (d->mode != DENSE_ZERO3 || !g) continue;
+    // ZeRO-3: the divergence guard's count, then the executor's buffer goes.
+    int64_t nan = 0, inf = 0;
+    for (int64_t e = 0; e < d->p[i].numel; e++)
+      if (!isfinite(g[e])) isnan(g[e]) ? nan++ : inf++;
+    if (nan + inf > 0 && d->bad_tensor < 0) {
+      d->bad_tensor = d->p[i].tensor;
+      d->bad_values = d->p[i].numel;
+    }
+    d->bad_nan += nan;
+    d->bad_inf += inf;
+    cpu_exec_release_grad(d->x, d->p[i].tensor);
   }
   char what[64];
   snprintf(what, sizeof what, "dense gradients, bucket %d of %d", index + 1, d->nb);
@@ -233,8 +252,21 @@ static void start_bucket(DenseSync *d, Bucket *k, int index) {
   if (k->handle < 0) d->failed = true;
 }
 
+// ZeRO-3 keeps at most two buckets' packed gradients: the one before last is waited for
+// (and its buffer freed) before the next starts.
+static void retire_bucket(DenseSync *d, int j) {
+  Bucket *k = &d->b[j];
+  double t0 = monotonic_seconds();
+  if (k->handle >= 0 && !comm_wait(d->c, k->handle, d->err, sizeof d->err)) d->failed = true;
+  d->wait_s += monotonic_seconds() - t0;
+  k->handle = -1;
+  free(k->buf);
+  k->buf = NULL;
+}
+
 void dense_sync_node_done(DenseSync *d, int node) {
   while (!d->failed && d->next < d->nb && d->b[d->next].last_node <= node) {
+    if (d->mode == DENSE_ZERO3 && d->next >= 2) retire_bucket(d, d->next - 2);
     start_bucket(d, &d->b[d->next], d->next);
     d->next++;
   }
@@ -388,4 +420,11 @@ double dense_sync_take_gather_seconds(DenseSync *d) {
   double s = d->gather_s;
   d->gather_s = 0;
   return s;
+}
+
+int dense_sync_bad_grads(const DenseSync *d, int64_t *nan, int64_t *inf, int64_t *values) {
+  *nan = d->bad_nan;
+  *inf = d->bad_inf;
+  *values = d->bad_values;
+  return d->bad_tensor;
 }

@@ -76,6 +76,10 @@ float *dense_sync_shard(DenseSync *d, int i, int64_t *from, int64_t *n);
 // ZeRO-3: parameter i whole into whole[numel], from every rank's part (a collective: every
 // rank calls it for the same parameters in the same order).
 bool dense_sync_gather(DenseSync *d, int i, float *whole, char *err, size_t err_size);
+// ZeRO-3: the gradients a bucket packs are released from the executor then, so the divergence
+// guard reads their non-finite values here: this step's counts so far, and the first
+// parameter with one (its IR tensor; -1: none, and *values its number of elements).
+int dense_sync_bad_grads(const DenseSync *d, int64_t *nan, int64_t *inf, int64_t *values);
 // ZeRO-3: the seconds spent in dense_sync_gather since the last call (then restarts at 0).
 double dense_sync_take_gather_seconds(DenseSync *d);
 // Seconds this step spent waiting in finish and update (the exposed communication).

@@ -1369,7 +1369,13 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
     char name[192] = "a gradient of another rank";
     int64_t bad[3] = {0, 0, 0};  // NaN, Inf, values
     if (t->opt.on_nan_skip > 0) {
-      cpu_bad_grad(t, name, sizeof name, &bad[0], &bad[1], &bad[2]);
+      // (ZeRO-3: the gradients already packed were counted then, dense_sync_bad_grads)
+      int bad_tensor = t->dense_index ? dense_sync_bad_grads(t->dense, &bad[0], &bad[1], &bad[2])
+                                      : -1;
+      if (bad_tensor >= 0)
+        snprintf(name, sizeof name, "grad:%s", t->ir->tensors[bad_tensor].name);
+      else
+        cpu_bad_grad(t, name, sizeof name, &bad[0], &bad[1], &bad[2]);
       if (!dist_allreduce(t, bad, 3, COMM_I64, "the divergence guard", err, err_size))
         return false;
     }
@@ -1651,6 +1657,11 @@ static bool zero_part(const Trained *p) {
   return !p->table && p->st.cfg.kind == OPTIM_ADAMW && (p->st.base != 0 || p->st.n != p->numel);
 }
 
+// A dense parameter this rank holds only a ZeRO-3 part of (dense_sync_shard).
+static bool zero3_param(const Trainer *t, const Trained *p) {
+  return !p->table && t->dense_index && t->dense_index[p->tensor] >= 0;
+}
+
 // After a resume read the whole moments into s->full: this rank's part into its state.
 static void entries_take_parts(Trainer *t, const Entries *s) {
   for (int i = 0; i < s->nfull; i++) {
@@ -1691,16 +1702,27 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
     const char *name = t->ir->tensors[p->tensor].name;
     size_t bytes = (size_t)p->st.n * sizeof(float);
     int64_t nown;
-    bool windowed = own_rows(t, p, &nown) != NULL;
-    bool whole = info ? !p->table || file_has(info, "table", name) : !windowed;
+    bool windowed = own_rows(t, p, &nown) != NULL, z3 = zero3_param(t, p);
+    // A ZeRO-3 parameter, like a windowed table, is saved as parts; one whole in the file is
+    // checked here and this rank's part of it read by read_own_part.
+    bool whole = info ? file_has(info, p->table ? "table" : "param", name)
+                      : !windowed && !z3;
     if (whole)
       add_entry(s, p->table ? "table" : "param", name,
-                windowed ? NULL : cpu_exec_data(t->x, p->tensor),
+                windowed || z3 ? NULL : cpu_exec_data(t->x, p->tensor),
                 (size_t)p->numel * sizeof(float), CKPT_FINITE);
     s->steps[i] = p->st.step;
     add_entry(s, "optim.step", name, &s->steps[i], sizeof s->steps[i], CKPT_ANY);
     float *m = p->st.m, *v = p->st.v;
-    if (zero_part(p)) {  // the checkpoint holds whole moments: this rank's part, zeros around
+    bool in_parts = info && !p->table && !file_has(info, "adamw.m", name);  // read_parts
+    if (z3) {
+      if (info && p->st.cfg.kind == OPTIM_ADAMW && !in_parts) {  // whole: read_own_part
+        add_entry(s, "adamw.m", name, NULL, (size_t)p->numel * sizeof(float), CKPT_FINITE);
+        add_entry(s, "adamw.v", name, NULL, (size_t)p->numel * sizeof(float),
+                  CKPT_FINITE_NONNEG);
+      }
+      m = v = NULL;
+    } else if (zero_part(p)) {  // the checkpoint holds whole moments: this rank's part, zeros around
       bytes = (size_t)p->numel * sizeof(float);
       for (int k = 0; k < 2; k++) {
         s->full[i][k] = xcalloc((size_t)p->numel + 1, sizeof(float));
@@ -1709,6 +1731,7 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
       }
       m = s->full[i][0], v = s->full[i][1];
     }
+    if (in_parts) m = v = NULL;
     if (m) add_entry(s, "adamw.m", name, m, bytes, CKPT_FINITE);
     if (v) add_entry(s, "adamw.v", name, v, bytes, CKPT_FINITE_NONNEG);
     // (a windowed table may hold no rows here, and then has no sums either)
@@ -1820,8 +1843,9 @@ bool trainer_save(Trainer *t, const char *dir, char *err, size_t err_size) {
 // Rank 0's shard is a whole checkpoint's entries (its copies of other ranks' parts are stale
 // and are overwritten on resume); rank r's holds only the parts it owns: "part.ids:T",
 // "part.table:T" and "part.adagrad.rowsum:T" for a sharded table T, "part.range:P" (from,
-// count), "part.adamw.m:P" and "part.adamw.v:P" for a ZeRO parameter P. Each part names what
-// it covers, so any world size can put the state back together (resharding).
+// count), "part.adamw.m:P" and "part.adamw.v:P" for a ZeRO parameter P, and "part.param:P"
+// (the values) for a ZeRO-3 one, which every rank writes, rank 0 included. Each part names
+// what it covers, so any world size can put the state back together (resharding).
 
 // The buffers of a shard's entries, freed with it.
 typedef struct Parts {
@@ -1845,7 +1869,7 @@ static void parts_free(Parts *p) {
 }
 
 // The parts this rank owns into p->s (added to what is there): every one, or (rank 0, whose
-// shard holds the rest whole) only those of windowed tables.
+// shard holds the rest whole) only those of windowed tables and ZeRO-3 parameters.
 static void list_parts(Trainer *t, Parts *p, bool windowed_only) {
   int rank = comm_rank(t->comm), di = 0;
   for (int i = 0; i < t->ntrained; i++) {
@@ -1877,13 +1901,22 @@ static void list_parts(Trainer *t, Parts *p, bool windowed_only) {
         add_entry(&p->s, "part.adagrad.rowsum", name, sums, (size_t)n * sizeof *sums,
                   CKPT_FINITE_NONNEG);
       }
-    } else if (!q->table && !windowed_only && ir_grad_of(t->ir, q->tensor) >= 0) {
+    } else if (!q->table && ir_grad_of(t->ir, q->tensor) >= 0) {
+      // ZeRO-1/2: the moments' part (rank 0's shard holds the rest whole); ZeRO-3: the
+      // values' part too, from every rank.
+      bool z3 = zero3_param(t, q);
       int64_t from, n = dense_sync_owned(t->dense, di++, &from);
-      if (n == 0 || !q->st.m) continue;
+      if ((windowed_only && !z3) || n == 0 || (!q->st.m && !z3)) continue;
       int64_t *range = parts_alloc(p, 2 * sizeof *range);
       range[0] = from;
       range[1] = n;
       add_entry(&p->s, "part.range", name, range, 2 * sizeof *range, CKPT_ANY);
+      if (z3) {
+        int64_t sfrom, sn;
+        float *part = dense_sync_shard(t->dense, t->dense_index[q->tensor], &sfrom, &sn);
+        add_entry(&p->s, "part.param", name, part, (size_t)n * sizeof(float), CKPT_FINITE);
+      }
+      if (!q->st.m) continue;
       add_entry(&p->s, "part.adamw.m", name, q->st.m + (from - q->st.base),
                 (size_t)n * sizeof(float), CKPT_FINITE);
       add_entry(&p->s, "part.adamw.v", name, q->st.v + (from - q->st.base),
@@ -1940,11 +1973,90 @@ static bool dist_save(Trainer *t, const char *dir, char *err, size_t err_size) {
   return ok;
 }
 
+// One shard's "part.range:P" of dense parameter q (trained[qi]): its AdamW moments and, from
+// a ZeRO-3 run, its values ("part.param:P"). A ZeRO-3 rank takes the elements of its own part
+// (in slices of the file's part), any other rank the whole range. covered/mcovered count the
+// values' and the moments' elements put in place, seen[qi] marks each (NULL: the values were
+// whole in the file).
+static bool read_range_part(Trainer *t, const char *dir, const char *file, CkptFile *f,
+                            const CkptInfo *info, const Entries *s, Trained *q, int qi,
+                            int64_t *covered, int64_t *mcovered, unsigned char **seen,
+                            char *err, size_t err_size) {
+  const char *name = t->ir->tensors[q->tensor].name;
+  char e[4200], pe[4200], me[4200], ve[4200];
+  snprintf(e, sizeof e, "part.range:%s", name);
+  snprintf(pe, sizeof pe, "part.param:%s", name);
+  snprintf(me, sizeof me, "part.adamw.m:%s", name);
+  snprintf(ve, sizeof ve, "part.adamw.v:%s", name);
+  int64_t range[2] = {0, 0};
+  if (!checkpoint_read_entry(f, e, range, sizeof range, err, err_size)) return false;
+  int64_t bytes = range[1] * (int64_t)sizeof(float);
+  bool values = checkpoint_info_size(info, pe) >= 0;
+  bool moments = checkpoint_info_size(info, me) >= 0 || checkpoint_info_size(info, ve) >= 0;
+  if (range[0] < 0 || range[1] <= 0 || range[0] > q->numel || range[1] > q->numel - range[0] ||
+      (values && checkpoint_info_size(info, pe) != bytes) ||
+      (moments && (checkpoint_info_size(info, me) != bytes ||
+                   checkpoint_info_size(info, ve) != bytes)) ||
+      (!values && !moments))
+    return fail(err, err_size, "%s/%s is corrupt: its part of '%s' (elements [%" PRId64
+                ", %" PRId64 ") of %" PRId64 ") does not match its values and moments", dir,
+                file, name, range[0], range[0] + range[1], q->numel);
+  // Where the part's elements go: this rank's ZeRO-3 part, or the whole parameter.
+  int64_t lo = 0, n = q->numel;
+  float *w = NULL, *m = q->st.m, *v = q->st.v;
+  if (zero3_param(t, q)) {
+    w = dense_sync_shard(t->dense, t->dense_index[q->tensor], &lo, &n);
+  } else {
+    w = cpu_exec_data(t->x, q->tensor);
+    // The whole moments: staged ones for a ZeRO-1/2 part (entries_take_parts keeps its part).
+    if (s->full[qi][0]) m = s->full[qi][0], v = s->full[qi][1];
+  }
+  int64_t a = range[0] > lo ? range[0] : lo;
+  int64_t b = range[0] + range[1] < lo + n ? range[0] + range[1] : lo + n;
+  if (values && !seen[qi]) values = false;  // whole in the file, read already
+  if (moments && !m) moments = false;        // this run keeps none (another optimizer)
+  enum { SLICE = 4096 };
+  float buf[3][SLICE];
+  bool ok = true;
+  for (int64_t at = a; ok && at < b; at += SLICE) {
+    int64_t k = b - at < SLICE ? b - at : SLICE;
+    uint64_t off = (uint64_t)(at - range[0]) * sizeof(float);
+    ok = (!values || checkpoint_read_slice(f, pe, off, buf[0], (size_t)k * sizeof(float), err,
+                                           err_size)) &&
+         (!moments ||
+          (checkpoint_read_slice(f, me, off, buf[1], (size_t)k * sizeof(float), err,
+                                 err_size) &&
+           checkpoint_read_slice(f, ve, off, buf[2], (size_t)k * sizeof(float), err,
+                                 err_size)));
+    for (int64_t j = 0; ok && j < k; j++) {
+      int64_t el = at + j - lo;  // the element's place here
+      bool finite = (!values || isfinite(buf[0][j])) &&
+                    (!moments || (isfinite(buf[1][j]) && isfinite(buf[2][j]) && buf[2][j] >= 0));
+      if (!finite || (values && seen[qi][el]))
+        ok = fail(err, err_size, "%s/%s is corrupt: element %" PRId64 " of '%s' %s", dir, file,
+                  at + j, name, finite ? "is in two parts" : "holds a value that is not finite");
+      if (!ok) break;
+      if (values) {
+        seen[qi][el] = 1;
+        w[el] = buf[0][j];
+        covered[qi]++;
+      }
+      if (moments) {
+        m[el] = buf[1][j];
+        v[el] = buf[2][j];
+        mcovered[qi]++;
+      }
+    }
+  }
+  return ok;
+}
+
 // Puts the parts of shards 1 .. world - 1 of the set over the state read from shard 0.
 // covered[i]: rows of trained table i put in place (counted up); seen[i][row]: that row was
 // (a row in two parts is refused).
 static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const Entries *s,
-                       int64_t *covered, unsigned char **seen, char *err, size_t err_size) {
+                       int64_t *covered, int64_t *mcovered, unsigned char **seen, char *err,
+                       size_t err_size) {
   bool ok = true;
   for (int r = 0; ok && r < set->world; r++) {  // shard 0 has parts of windowed tables
     char file[96];
@@ -1973,7 +2085,6 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const En
                   "refused", dir, file, colon + 1, ids_entry ? "table" : "parameter");
         break;
       }
-      char name[256];
       if (ids_entry) {
         // In slices of ids, so that no part is ever whole in memory (a table-wise part is the
         // whole table); a slice none of whose rows this rank holds is not read.
@@ -2030,22 +2141,8 @@ static bool read_parts(Trainer *t, const char *dir, const CkptSet *set, const En
         }
         free(rows);
       } else {
-        // The whole moments: staged ones for a ZeRO part (entries_take_parts keeps its part).
-        float *m = s->full[qi][0] ? s->full[qi][0] : q->st.m;
-        float *v = s->full[qi][1] ? s->full[qi][1] : q->st.v;
-        int64_t range[2] = {0, 0};
-        ok = checkpoint_read_entry(f, e, range, sizeof range, err, err_size);
-        if (ok && (range[0] < 0 || range[1] <= 0 || range[0] > q->numel ||
-                   range[1] > q->numel - range[0] || !m))
-          ok = fail(err, err_size, "%s/%s is corrupt: elements [%" PRId64 ", %" PRId64 ") of "
-                    "'%s', which has %" PRId64 " (or no AdamW moments)", dir, file, range[0],
-                    range[0] + range[1], colon + 1, q->numel);
-        snprintf(name, sizeof name, "part.adamw.m:%s", colon + 1);
-        ok = ok && checkpoint_read_entry(f, name, m + range[0], (size_t)range[1] * sizeof(float),
-                                         err, err_size);
-        snprintf(name, sizeof name, "part.adamw.v:%s", colon + 1);
-        ok = ok && checkpoint_read_entry(f, name, v + range[0], (size_t)range[1] * sizeof(float),
-                                         err, err_size);
+        ok = read_range_part(t, dir, file, f, &info, s, q, qi, covered, mcovered, seen, err,
+                             err_size);
       }
     }
     checkpoint_close(f);
@@ -2135,6 +2232,29 @@ static bool read_own_rows(Trainer *t, CkptFile *f, Trained *p, char *err, size_t
   return ok;
 }
 
+// A ZeRO-3 parameter's part (values, AdamW moments) from the file's whole entries (checked
+// by checkpoint_read), read as slices: the whole parameter is never in memory.
+static bool read_own_part(Trainer *t, CkptFile *f, const CkptInfo *info, Trained *p,
+                          char *err, size_t err_size) {
+  const char *name = t->ir->tensors[p->tensor].name;
+  int64_t from, n;
+  float *part = dense_sync_shard(t->dense, t->dense_index[p->tensor], &from, &n);
+  if (!part) return true;
+  char e[4200];
+  snprintf(e, sizeof e, "param:%s", name);
+  bool ok = checkpoint_read_slice(f, e, (uint64_t)from * sizeof(float), part,
+                                  (size_t)n * sizeof(float), err, err_size);
+  if (ok && p->st.m && file_has(info, "adamw.m", name)) {
+    snprintf(e, sizeof e, "adamw.m:%s", name);
+    ok = checkpoint_read_slice(f, e, (uint64_t)from * sizeof(float), p->st.m,
+                               (size_t)n * sizeof(float), err, err_size);
+    snprintf(e, sizeof e, "adamw.v:%s", name);
+    ok = ok && checkpoint_read_slice(f, e, (uint64_t)from * sizeof(float), p->st.v,
+                                     (size_t)n * sizeof(float), err, err_size);
+  }
+  return ok;
+}
+
 // Reads what checkpoint_set_find chose: DIR/checkpoint.gemc (kind 0) or the set (kind 1).
 static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *set, char *err,
                         size_t err_size) {
@@ -2164,21 +2284,33 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
   double *losses = xcalloc((size_t)nsteps, sizeof *losses);
   Entries s;
   list_entries(t, &s, losses, nsteps, ncurve, &info);
-  // Which tables the file holds whole; the others come from parts, which must cover them.
+  // Which tables and parameters (and AdamW moments) the file holds whole; the others come from
+  // parts, which must cover what this rank holds of them: rows of a table, elements of a
+  // parameter (covered, seen; mcovered for the moments).
   bool *whole = xcalloc((size_t)t->ntrained + 1, sizeof *whole);
+  bool *mwhole = xcalloc((size_t)t->ntrained + 1, sizeof *mwhole);
   int64_t *covered = xcalloc((size_t)t->ntrained + 1, sizeof *covered);
+  int64_t *mcovered = xcalloc((size_t)t->ntrained + 1, sizeof *mcovered);
+  int64_t *want = xcalloc((size_t)t->ntrained + 1, sizeof *want);
   unsigned char **seen = xcalloc((size_t)t->ntrained + 1, sizeof *seen);
   for (int i = 0; i < t->ntrained; i++) {
     const Trained *p = &t->trained[i];
-    int64_t nown;
+    const char *name = t->ir->tensors[p->tensor].name;
+    int64_t nown, from;
     bool windowed = own_rows(t, p, &nown) != NULL;
-    whole[i] = file_has(&info, "table", t->ir->tensors[p->tensor].name);
-    if (p->table) seen[i] = xcalloc((size_t)(windowed ? nown : p->rows) + 1, 1);
+    whole[i] = file_has(&info, p->table ? "table" : "param", name);
+    mwhole[i] = file_has(&info, "adamw.m", name);
+    want[i] = p->table ? (windowed ? nown : p->rows) : p->numel;
+    if (zero3_param(t, p)) dense_sync_shard(t->dense, t->dense_index[p->tensor], &from, &want[i]);
+    if (p->table || !whole[i]) seen[i] = xcalloc((size_t)want[i] + 1, 1);
+  }
+  ok = checkpoint_read(f, t->key, s.e, s.n, err, err_size);
+  for (int i = 0; ok && i < t->ntrained; i++) {
+    Trained *p = &t->trained[i];
+    if (whole[i] && p->table) ok = read_own_rows(t, f, p, err, err_size);
+    else if (whole[i] && zero3_param(t, p)) ok = read_own_part(t, f, &info, p, err, err_size);
   }
   checkpoint_info_free(&info);
-  ok = checkpoint_read(f, t->key, s.e, s.n, err, err_size);
-  for (int i = 0; ok && i < t->ntrained; i++)
-    if (whole[i]) ok = read_own_rows(t, f, &t->trained[i], err, err_size);
   for (int i = 0; ok && i < ncurve; i++) {
     const double r0 = s.curve[6 * i];
     if (!(r0 >= 0 && r0 <= (double)nsteps && r0 == floor(r0)))
@@ -2186,21 +2318,28 @@ static bool resume_read(Trainer *t, const char *dir, int kind, const CkptSet *se
                 "%g, out of range (0 to %" PRId64 ")", checkpoint_path(f), i + 1, r0, nsteps);
   }
   checkpoint_close(f);
-  if (ok && kind == 1) ok = read_parts(t, dir, set, &s, covered, seen, err, err_size);
+  if (ok && kind == 1)
+    ok = read_parts(t, dir, set, &s, covered, mcovered, seen, err, err_size);
   for (int i = 0; ok && i < t->ntrained; i++) {
     const Trained *p = &t->trained[i];
-    int64_t nown;
-    bool windowed = own_rows(t, p, &nown) != NULL;
-    int64_t want = windowed ? nown : p->rows;
-    if (p->table && !whole[i] && covered[i] != want)
-      ok = fail(err, err_size, "checkpoint in %s is corrupt: table '%s' is neither whole in it "
-                "nor in parts that cover its rows (%" PRId64 " of %" PRId64 " rows found)",
-                dir, t->ir->tensors[p->tensor].name, covered[i], want);
+    const char *name = t->ir->tensors[p->tensor].name;
+    if (!whole[i] && covered[i] != want[i])
+      ok = fail(err, err_size, "checkpoint in %s is corrupt: %s '%s' is neither whole in it "
+                "nor in parts that cover its %s (%" PRId64 " of %" PRId64 " found)", dir,
+                p->table ? "table" : "parameter", name, p->table ? "rows" : "elements",
+                covered[i], want[i]);
+    else if (!p->table && p->st.m && !mwhole[i] && mcovered[i] != want[i])
+      ok = fail(err, err_size, "checkpoint in %s has no AdamW moments of parameter '%s' (%"
+                PRId64 " of %" PRId64 " elements found): it was saved with another optimizer, "
+                "or is corrupt", dir, name, mcovered[i], want[i]);
   }
   for (int i = 0; i < t->ntrained; i++) free(seen[i]);
   free(seen);
   free(whole);
+  free(mwhole);
   free(covered);
+  free(mcovered);
+  free(want);
   if (ok) entries_take_parts(t, &s);
   if (ok) {
     free(t->losses);

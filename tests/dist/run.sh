@@ -5,7 +5,9 @@
 #   - 2 and 4 ranks compute what 1 rank computes at the same global batch: every step's loss
 #     within 1e-5 relative over 50 steps (the order of the sums differs, nothing else), and
 #     the held-out loss, which each rank evaluates on its share;
-#   - ZeRO-1 and ZeRO-2 equal data parallel; buckets small enough to overlap the backward do too;
+#   - ZeRO-1 and ZeRO-2 equal data parallel, and ZeRO-3 equals ZeRO-2 bit for bit; buckets small
+#     enough to overlap the backward do too; dense parameters too large for the memory are
+#     refused under data parallel and train under ZeRO-3;
 #   - row-wise and table-wise sharded tables equal replicated ones; each rank holds only its
 #     own rows of them, so a table larger than the memory trains sharded and is refused
 #     replicated (GEMC_TEST_MEMORY_AVAILABLE);
@@ -105,6 +107,13 @@ train zero1 2 --dense zero1
 train zero2 4 --dense zero2
 same "ZeRO-1 = data parallel (2 ranks)" zero1.json dp2.json
 same "ZeRO-2 = data parallel (4 ranks)" zero2.json dp4.json
+# ZeRO-3 reduces and updates as ZeRO-2 does, whatever the buckets: the same bits. Its ranks
+# hold a part of each parameter and gather it for the nodes that read it.
+train zero3 4 --dense zero3 --bucket-mb 0.01
+if [ -s zero3.json ] && losses zero3.json >z3.l && losses zero2.json >z2.l && cmp -s z3.l z2.l
+then pass "ZeRO-3 = ZeRO-2 bit for bit (4 ranks, $(wc -l <z3.l) steps)"
+else fail "ZeRO-3's losses are not ZeRO-2's bits"; fi
+same_eval "ZeRO-3 evaluates as 1 rank (4 ranks)" zero3.json one.json
 
 train row2 2 --shard row
 train table2 2 --shard table
@@ -151,6 +160,15 @@ train restz4 4 --resume ckz --dense zero1
 train restz14 4 --resume ck1 --dense zero2
 same "ZeRO-2 on 2 ranks saves, ZeRO-1 on 4 resumes = a straight run" restz4.json one.json
 same "1 rank saves, ZeRO-2 on 4 resumes = a straight run" restz14.json one.json
+# ZeRO-3 saves every rank's part of the values; they resume on 1 rank, as 4 ZeRO-3 ranks'
+# parts, and a whole checkpoint resumes as ZeRO-3 parts.
+train halfz3 2 --save ckz3 --dense zero3
+train restz3 1 --resume ckz3
+train restz34 4 --resume ckz3 --dense zero3 --shard row
+train restz13 4 --resume ck1 --dense zero3
+same "ZeRO-3 on 2 ranks saves, 1 rank resumes = a straight run" restz3.json one.json
+same "ZeRO-3 on 2 ranks saves, ZeRO-3 on 4 resumes = a straight run" restz34.json one.json
+same "1 rank saves, ZeRO-3 on 4 resumes = a straight run" restz13.json one.json
 # Windowed tables (each rank holds its own rows) resumed under another world and placement:
 # row-wise parts of 2 ranks into 4 ranks' table-wise and row-wise rows.
 train restw4 4 --resume ckz --shard items=table,ads=row
@@ -232,6 +250,28 @@ rss=$(awk -F': ' '/"max_rss_mib"/ { sub(/,$/, "", $2); print $2 }' bigrow.json)
 if [ -n "$rss" ] && awk -v r="$rss" 'BEGIN { exit !(r > 0 && r < 366) }'
 then pass "a rank's peak memory, ${rss} MiB, is below the whole table's 366 MiB"
 else fail "a rank's peak memory: '${rss}' MiB (the whole table is 366 MiB)"; fi
+
+# Dense parameters larger than the memory: gem_tiny with a 6-layer MLP of width 2048 has 21.4M
+# parameters (82 MiB; with gradients and AdamW moments 328 MiB). Given 280 MiB, data parallel
+# is refused; ZeRO-3 over 2 ranks holds half of the values and moments, gathers a layer at a
+# time, trains, and computes what 1 rank computes.
+STEPS=5
+sed -e 's/y = mlp(z, \[64, 1\], act = relu);/y = mlp(z, [2048, 2048, 2048, 2048, 2048, 2048, 1], act = relu);/' \
+  "$model_saved" >dense.gem
+model=$PWD/dense.gem
+train dense1 1
+GEMC_TEST_MEMORY_AVAILABLE=293601280 "$gemc" launch -n 2 train "$model" --backend cpu \
+  --steps $STEPS -q >densedp.out 2>&1
+rc=$?
+if [ $rc = 1 ] && grep -q "error: the model needs .* of memory on the CPU.*this machine has 280.0 MiB" densedp.out
+then pass "dense parameters larger than the memory, data parallel: refused (exit $rc)"
+else fail "dense parameters larger than the memory, data parallel: exit $rc"; sed 's/^/    /' densedp.out | head -n 6; fi
+GEMC_TEST_MEMORY_AVAILABLE=293601280 train densez3 2 --dense zero3 --bucket-mb 4
+same "the same model, ZeRO-3 over 2 ranks, trains = 1 rank" densez3.json dense1.json
+rss=$(awk -F': ' '/"max_rss_mib"/ { sub(/,$/, "", $2); print $2 }' densez3.json)
+if [ -n "$rss" ] && awk -v r="$rss" 'BEGIN { exit !(r > 0 && r < 328) }'
+then pass "a ZeRO-3 rank's peak memory, ${rss} MiB, is below the 328 MiB of the whole dense state"
+else fail "a ZeRO-3 rank's peak memory: '${rss}' MiB (the whole dense state is 328 MiB)"; fi
 model=$model_saved
 STEPS=50
 

@@ -1020,6 +1020,109 @@ static void test_cpu_exec_pooled_buffers_change_nothing(void **state) {
 
 // A sharded table's owner makes its rows without the rest (cpu_init_table_rows), and a
 // windowed table runs on a window of rows: both give what the whole table gives.
+// ZeRO-3's executor: every parameter gathered (no values between the passes that read it,
+// filled from a copy by the fill function) gives the loss and the gradients of the executor
+// holding them, bit for bit; each pass asks for each parameter once, and a parameter's
+// values and gradient are gone after its last reader. cpu_init_param_part gives the whole
+// parameter's initial values, part by part.
+typedef struct FillLog {
+  CpuExec *source;  // holds every parameter
+  int calls[512];   // per tensor
+} FillLog;
+
+static void fill_from_source(void *ctx, int t, float *whole) {
+  FillLog *log = ctx;
+  log->calls[t]++;
+  memcpy(whole, cpu_exec_data(log->source, t), (size_t)cpu_exec_numel(log->source, t) * sizeof *whole);
+}
+
+static void test_cpu_exec_gathered_params_and_their_parts(void **state) {
+  (void)state;
+  Case c;
+  case_compile(&c,
+               "model g {\n  batch 6; dim 8;\n  seq history : id max 10;\n  dense cnt : f32[3];\n"
+               "  label click;\n  table items : rows 50;\n"
+               "  h = embed(items, history);\n  h = h + gdpa(rmsnorm(h), heads = 2, act = silu);\n"
+               "  p = pma(h, seeds = 2, heads = 1, act = softmax);\n"
+               "  z = concat(flatten(p), linear(cnt, 8));\n  y = mlp(z, [16, 1], act = relu);\n"
+               "  loss bce(y, click);\n}\n",
+               true);
+  assert_true(c.ir.ntensors <= 512);
+  bool *gathered = calloc((size_t)c.ir.ntensors, sizeof *gathered);
+  int nparams = 0;
+  for (int t = 0; t < c.ir.ntensors; t++)
+    if (c.ir.tensors[t].kind == TENSOR_PARAM) gathered[t] = true, nparams++;
+  assert_true(nparams >= 6);
+  CpuExec *whole = cpu_exec_new(&c.ir, EXEC_F32);
+  CpuExec *parts = cpu_exec_new_parts(&c.ir, EXEC_F32, NULL, gathered);
+  cpu_exec_init_params(whole, 11);
+  cpu_exec_init_params(parts, 11);
+  FillLog log = {.source = whole};
+  cpu_exec_set_param_fill(parts, fill_from_source, &log);
+  for (int t = 0; t < c.ir.ntensors; t++) {
+    if (!gathered[t]) continue;
+    assert_null(cpu_exec_data(parts, t));  // nothing held, nothing initialized
+    // The initial values, in three parts cut anywhere.
+    int64_t n = cpu_exec_numel(whole, t), cut1 = n / 3, cut2 = n - n / 5;
+    float *v = calloc((size_t)n + 1, sizeof *v);
+    cpu_init_param_part(&c.ir, t, 11, 0, cut1, v);
+    cpu_init_param_part(&c.ir, t, 11, cut1, cut2 - cut1, v + cut1);
+    cpu_init_param_part(&c.ir, t, 11, cut2, n - cut2, v + cut2);
+    assert_memory_equal(v, cpu_exec_data(whole, t), (size_t)n * sizeof *v);
+    free(v);
+  }
+  batch_alloc(&c.batch, &c.schema, 6);
+  rng_state = 3;
+  const int64_t lengths[] = {4, 0, 10, 7, 1, 2};
+  set_lengths(&c, "history", lengths);
+  fill_rest_random(&c, NULL);
+  char err[256];
+  assert_true(cpu_exec_set_batch(whole, &c.batch, err, sizeof err));
+  assert_true(cpu_exec_set_batch(parts, &c.batch, err, sizeof err));
+  double lw = cpu_exec_forward(whole);
+  cpu_exec_backward(whole);
+  for (int pass = 0; pass < 2; pass++) {  // a second step reads them again
+    memset(log.calls, 0, sizeof log.calls);
+    double lp = cpu_exec_forward(parts);
+    assert_true(lw == lp);
+    for (int t = 0; t < c.ir.ntensors; t++) {
+      if (!gathered[t]) continue;
+      assert_int_equal(log.calls[t], 1);  // once in the forward pass
+      assert_null(cpu_exec_data(parts, t));  // freed after its last reader
+    }
+    cpu_exec_backward(parts);
+    for (int t = 0; t < c.ir.ntensors; t++) {
+      if (!gathered[t]) continue;
+      bool read_backward = false;
+      for (int i = c.ir.nforward; i < c.ir.nnodes; i++)
+        for (int k = 0; k < c.ir.nodes[i].nins; k++) read_backward |= c.ir.nodes[i].ins[k] == t;
+      assert_int_equal(log.calls[t], 1 + read_backward);
+      assert_null(cpu_exec_data(parts, t));
+      const float *gw = cpu_exec_grad(whole, t, NULL, NULL), *gp = cpu_exec_grad(parts, t, NULL, NULL);
+      if (!gw) continue;
+      assert_non_null(gp);
+      assert_memory_equal(gw, gp, (size_t)cpu_exec_numel(whole, t) * sizeof *gw);
+      cpu_exec_release_grad(parts, t);
+      assert_null(cpu_exec_grad(parts, t, NULL, NULL));
+    }
+  }
+  // The memory check counts a part of each and the gathered peak, not the whole parameters.
+  int64_t *elems = calloc((size_t)c.ir.ntensors, sizeof *elems);
+  int64_t whole_params = 0, peak = cpu_exec_gathered_peak(&c.ir, gathered);
+  for (int t = 0; t < c.ir.ntensors; t++) {
+    elems[t] = gathered[t] ? cpu_exec_numel(whole, t) / 4 : -1;
+    if (gathered[t]) whole_params += cpu_exec_numel(whole, t);
+  }
+  assert_true(peak > 0 && peak < whole_params);
+  assert_true(cpu_exec_bytes_needed_rows(&c.ir, EXEC_F32, 6, NULL, elems) <
+              cpu_exec_bytes_needed(&c.ir, EXEC_F32, 6));
+  free(elems);
+  cpu_exec_free(whole);
+  cpu_exec_free(parts);
+  free(gathered);
+  case_free(&c);
+}
+
 static void test_cpu_exec_windowed_table_and_its_rows(void **state) {
   (void)state;
   Case c;
@@ -1150,6 +1253,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_cpu_exec_embed_lookup_sparse_and_jagged),
       cmocka_unit_test(test_cpu_exec_windowed_table_and_its_rows),
+      cmocka_unit_test(test_cpu_exec_gathered_params_and_their_parts),
       cmocka_unit_test(test_cpu_exec_pooled_mean_and_sum_with_empty_sequence),
       cmocka_unit_test(test_cpu_exec_linear_bias_relu),
       cmocka_unit_test(test_cpu_exec_rmsnorm_and_layernorm),
