@@ -283,7 +283,7 @@ static void test_ir_parallel_settings_round_trip(void **state) {
   char *text = print_text(&ir);
   assert_non_null(strstr(text, "\nparallel dense=zero1 bucket_mb=8 tables=auto\n"));
   assert_non_null(strstr(text, "eps=1e-08 shard=row"));
-  const char *bad[] = {"parallel dense=zero3", "parallel bucket_mb=0", "parallel size=3",
+  const char *bad[] = {"parallel dense=zero4", "parallel bucket_mb=0", "parallel size=3",
                        "parallel", "parallel tables=row tables=row"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     char *t = strdup(text), *line = strstr(t, "parallel dense=zero1 bucket_mb=8 tables=auto");
