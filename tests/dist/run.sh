@@ -229,6 +229,24 @@ else fail "the declared placement was not used"; grep -A14 '"distributed"' decla
 same "declared ZeRO-2 and shards (2 ranks) = 1 rank" declared.json one.json
 same "a plain checkpoint resumes under the declared placement" declared_rest.json one.json
 
+# refused_for_memory NAME BYTES MIB WHAT: 2 ranks of $model (data parallel, tables replicated)
+# on a machine of BYTES (MIB MiB) are refused before anything is allocated.
+refused_for_memory() {
+  GEMC_TEST_MEMORY_AVAILABLE=$2 "$gemc" launch -n 2 train "$model" --backend cpu \
+    --steps $STEPS -q >"$1.out" 2>&1
+  rc=$?
+  if [ $rc = 1 ] && grep -q "error: the model needs .* of memory on the CPU.*this machine has $3 MiB" "$1.out"
+  then pass "$4: refused (exit $rc)"
+  else fail "$4: exit $rc"; sed 's/^/    /' "$1.out" | head -n 6; fi
+}
+# peak_below REPORT MIB WHAT WHOSE: the largest peak resident memory of a rank is below MIB.
+peak_below() {
+  rss=$(awk -F': ' '/"max_rss_mib"/ { sub(/,$/, "", $2); print $2 }' "$1")
+  if [ -n "$rss" ] && awk -v r="$rss" -v m="$2" 'BEGIN { exit !(r > 0 && r < m) }'
+  then pass "$3, ${rss} MiB, is below $4 $2 MiB"
+  else fail "$3: '${rss}' MiB ($4 is $2 MiB)"; fi
+}
+
 # A table larger than the memory (GEMC_TEST_MEMORY_AVAILABLE stands for the machine's): 3M
 # rows of 32 fp32 values are 366 MiB, and the machine is given 300 MiB. Replicated on each of 2
 # ranks it is refused before anything is allocated; row-wise over 2 ranks each holds 183 MiB
@@ -238,18 +256,10 @@ sed -e 's/^  table items : rows 1000,/  table items : rows 3_000_000,/' "$model"
 model_saved=$model
 model=$PWD/big.gem
 train big1 1
-GEMC_TEST_MEMORY_AVAILABLE=314572800 "$gemc" launch -n 2 train "$model" --backend cpu \
-  --steps $STEPS -q >bigrep.out 2>&1
-rc=$?
-if [ $rc = 1 ] && grep -q "error: the model needs .* of memory on the CPU.*this machine has 300.0 MiB" bigrep.out
-then pass "a table larger than the memory, replicated: refused (exit $rc)"
-else fail "a table larger than the memory, replicated: exit $rc"; sed 's/^/    /' bigrep.out | head -n 6; fi
+refused_for_memory bigrep 314572800 300.0 "a table larger than the memory, replicated"
 GEMC_TEST_MEMORY_AVAILABLE=314572800 train bigrow 2 --shard items=row
 same "the same table row-wise over 2 ranks trains = 1 rank" bigrow.json big1.json
-rss=$(awk -F': ' '/"max_rss_mib"/ { sub(/,$/, "", $2); print $2 }' bigrow.json)
-if [ -n "$rss" ] && awk -v r="$rss" 'BEGIN { exit !(r > 0 && r < 366) }'
-then pass "a rank's peak memory, ${rss} MiB, is below the whole table's 366 MiB"
-else fail "a rank's peak memory: '${rss}' MiB (the whole table is 366 MiB)"; fi
+peak_below bigrow.json 366 "a rank's peak memory" "the whole table's"
 
 # Dense parameters larger than the memory: gem_tiny with a 6-layer MLP of width 2048 has 21.4M
 # parameters (82 MiB; with gradients and AdamW moments 328 MiB). Given 280 MiB, data parallel
@@ -260,18 +270,11 @@ sed -e 's/y = mlp(z, \[64, 1\], act = relu);/y = mlp(z, [2048, 2048, 2048, 2048,
   "$model_saved" >dense.gem
 model=$PWD/dense.gem
 train dense1 1
-GEMC_TEST_MEMORY_AVAILABLE=293601280 "$gemc" launch -n 2 train "$model" --backend cpu \
-  --steps $STEPS -q >densedp.out 2>&1
-rc=$?
-if [ $rc = 1 ] && grep -q "error: the model needs .* of memory on the CPU.*this machine has 280.0 MiB" densedp.out
-then pass "dense parameters larger than the memory, data parallel: refused (exit $rc)"
-else fail "dense parameters larger than the memory, data parallel: exit $rc"; sed 's/^/    /' densedp.out | head -n 6; fi
+refused_for_memory densedp 293601280 280.0 \
+  "dense parameters larger than the memory, data parallel"
 GEMC_TEST_MEMORY_AVAILABLE=293601280 train densez3 2 --dense zero3 --bucket-mb 4
 same "the same model, ZeRO-3 over 2 ranks, trains = 1 rank" densez3.json dense1.json
-rss=$(awk -F': ' '/"max_rss_mib"/ { sub(/,$/, "", $2); print $2 }' densez3.json)
-if [ -n "$rss" ] && awk -v r="$rss" 'BEGIN { exit !(r > 0 && r < 328) }'
-then pass "a ZeRO-3 rank's peak memory, ${rss} MiB, is below the 328 MiB of the whole dense state"
-else fail "a ZeRO-3 rank's peak memory: '${rss}' MiB (the whole dense state is 328 MiB)"; fi
+peak_below densez3.json 328 "a ZeRO-3 rank's peak memory" "the whole dense state's"
 model=$model_saved
 STEPS=50
 
