@@ -207,6 +207,7 @@ CpuExec *cpu_exec_new_parts(const Ir *ir, ExecMode mode, const bool *windowed,
   x->elem = mode == EXEC_F64 ? sizeof(double) : sizeof(float);
   x->nforward = ir->nforward > 0 && ir->nforward <= ir->nnodes ? ir->nforward : ir->nnodes;
   x->buf = xcalloc((size_t)ir->ntensors, sizeof *x->buf);
+  x->windowed = xcalloc((size_t)ir->ntensors + 1, sizeof *x->windowed);
   x->feature_of = xcalloc((size_t)ir->ntensors, sizeof *x->feature_of);
   x->total = xcalloc((size_t)ir->njagged + 1, sizeof *x->total);
   x->offsets = xcalloc((size_t)ir->njagged + 1, sizeof *x->offsets);
@@ -231,6 +232,7 @@ CpuExec *cpu_exec_new_parts(const Ir *ir, ExecMode mode, const bool *windowed,
     // Parameters, tables and parameter gradients have fixed sizes: allocated once, here. A
     // windowed table has the rows its caller gives each batch (cpu_exec_set_table_rows).
     if (windowed && windowed[t] && tt->kind == TENSOR_TABLE) {
+      x->windowed[t] = true;
       b->rows = b->numel = 0;
     } else if (is_gathered(ir, gathered, t) || is_gathered_grad(ir, gathered, t)) {
       b->numel = b->rows * b->width;  // allocated while a pass reads (or writes) it
@@ -355,6 +357,7 @@ void cpu_exec_free(CpuExec *x) {
   for (int s = 0; s < CPU_SCRATCH_SLOTS; s++) free(x->scratch[s].data);
   for (int k = 0; k < x->ntasks; k++) free(x->task_probs[k]);
   free(x->buf);
+  free(x->windowed);
   free(x->feature_of);
   free(x->total);
   free(x->offsets);
@@ -382,13 +385,15 @@ __attribute__((format(printf, 3, 4))) static bool refuse(char *err, size_t size,
   return false;
 }
 
-// The fewest rows among the tables that ids tensor t is looked up in (0: none).
-static int64_t id_limit(const Ir *ir, int t) {
+// The fewest rows among the tables that ids tensor t is looked up in (0: none); a windowed
+// table has the rows of its window.
+static int64_t id_limit(const CpuExec *x, int t) {
+  const Ir *ir = x->ir;
   int64_t limit = 0;
   for (int i = 0; i < ir->nnodes; i++) {
     const Node *n = &ir->nodes[i];
     if ((n->op != OP_EMBED && n->op != OP_EMBED_POOL) || n->ins[1] != t) continue;
-    int64_t rows = ir->tensors[n->ins[0]].fixed[0];
+    int64_t rows = x->windowed[n->ins[0]] ? x->buf[n->ins[0]].rows : ir->tensors[n->ins[0]].fixed[0];
     if (limit == 0 || rows < limit) limit = rows;
   }
   return limit;
@@ -429,7 +434,7 @@ static bool check_feature(const CpuExec *x, const Batch *b, int t, char *err, si
     return refuse(err, size, "input %%%s holds %" PRId64 " entries; the batch needs %" PRId64,
                   tt->name, b->capacity[f], count);
   if (!is_ids) return true;
-  int64_t limit = id_limit(ir, t);
+  int64_t limit = id_limit(x, t);
   for (int64_t r = 0; r < rows; r++) {
     int64_t id = b->ids[f][r];
     if (id < 0 || (limit > 0 && id >= limit))

@@ -50,6 +50,7 @@ struct CpuExec {
   size_t elem;          // sizeof(float) or sizeof(double)
   int nforward;         // nodes [0, nforward) are the forward pass
   TensorBuf *buf;       // one per tensor
+  bool *windowed;       // per tensor: a windowed table (cpu_exec_new_windowed)
   int *feature_of;      // tensor -> batch feature index, or -1
   int nfeatures;        // inputs and labels: what a batch must hold
   // The bound batch.

@@ -18,12 +18,18 @@ typedef struct TState {
   bool dealt;               // table-wise: owner decided
   int *features;            // the schema's id features looked up in it
   int nfeatures;
+  // Its group: the tables linked to it through shared id features (itself included), and
+  // the id features they read, which make its window (table_sync_windowed).
+  int *group_features;
+  int ngroup_features;
+  int64_t group_rows;       // the most rows of a table of its group: the window's bound
   // The reduced gradient of the rows this rank updates (table_sync_reduce).
   int64_t *ids, n, cap;
   float *g;
   // Windowed (table_sync_windowed): this rank holds only the rows it owns, `own` [nown x dim]
   // (row id at table_sync_local_row), and the executor a window of the batch's rows: the
-  // distinct ids `window`, ascending, which the bound batch's ids of it index.
+  // distinct ids `window` of its group's features, ascending, which the bound batch's ids of
+  // it index (a window row of an id the table itself does not read is zero, and unread).
   bool windowed;
   int64_t nown;
   float *own;
@@ -70,6 +76,13 @@ bool table_placement_parse(const char *s, TablePlacement *out) {
 // The ids come from batches the data reader checked: in [0, rows).
 static int owner_of(const TableSync *s, const TState *t, int64_t id) {
   return t->place == PLACE_TABLE ? t->owner : (int)(id % s->world);
+}
+
+static bool shares_feature(const TState *a, const TState *b) {
+  for (int i = 0; i < a->nfeatures; i++)
+    for (int j = 0; j < b->nfeatures; j++)
+      if (a->features[i] == b->features[j]) return true;
+  return false;
 }
 
 TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
@@ -124,15 +137,40 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
     big->dealt = true;
   }
   free(load);
-  // A sharded table can be windowed unless one of its id features is also read by another
-  // table (the executor reads that feature's ids as rows of one table's window).
+  // Tables that share an id feature read its ids as rows of one window, so they are grouped
+  // (linked through shared features, transitively), and a group's window holds the distinct
+  // ids of all its features. A group is windowed when every table of it is sharded; one with
+  // a replicated table stays whole.
+  int *group = xcalloc((size_t)s->nt + 1, sizeof *group);
+  for (int k = 0; k < s->nt; k++) group[k] = k;
+  for (bool merged = true; merged;) {  // the smallest index of each linked set
+    merged = false;
+    for (int k = 0; k < s->nt; k++)
+      for (int j = 0; j < s->nt; j++)
+        if (group[j] < group[k] && shares_feature(&s->t[k], &s->t[j])) {
+          group[k] = group[j];
+          merged = true;
+        }
+  }
   for (int k = 0; k < s->nt; k++) {
     TState *t = &s->t[k];
-    t->windowed = t->place != PLACE_REPLICATE;
-    for (int a = 0; a < t->nfeatures && t->windowed; a++)
-      for (int j = 0; j < s->nt; j++)
-        for (int b = 0; j != k && b < s->t[j].nfeatures; b++)
-          if (s->t[j].features[b] == t->features[a]) t->windowed = false;
+    t->group_features = xcalloc((size_t)schema->nfeatures + 1, sizeof *t->group_features);
+    t->windowed = true;
+    for (int j = 0; j < s->nt; j++) {
+      if (group[j] != group[k]) continue;
+      t->windowed = t->windowed && s->t[j].place != PLACE_REPLICATE;
+      if (s->t[j].rows > t->group_rows) t->group_rows = s->t[j].rows;
+      for (int a = 0; a < s->t[j].nfeatures; a++) {
+        bool seen = false;
+        for (int b = 0; b < t->ngroup_features; b++)
+          seen = seen || t->group_features[b] == s->t[j].features[a];
+        if (!seen) t->group_features[t->ngroup_features++] = s->t[j].features[a];
+      }
+    }
+  }
+  free(group);
+  for (int k = 0; k < s->nt; k++) {
+    TState *t = &s->t[k];
     if (!t->windowed) continue;
     t->nown = table_sync_owned_ids(s, t->tensor, s->rank, NULL);
     t->rows_of = xcalloc((size_t)t->nfeatures + 1, sizeof *t->rows_of);
@@ -145,6 +183,7 @@ void table_sync_free(TableSync *s) {
   if (!s) return;
   for (int k = 0; k < s->nt; k++) {
     free(s->t[k].features);
+    free(s->t[k].group_features);
     free(s->t[k].ids);
     free(s->t[k].g);
     free(s->t[k].own);
@@ -243,18 +282,19 @@ static int cmp_i64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-// The distinct ids of table t that batch b reads, ascending; *n of them (caller frees).
-static int64_t *batch_ids(const TableSync *s, const TState *t, const Batch *b, int64_t *n) {
+// The distinct ids of features[nf] in batch b, ascending; *n of them (caller frees).
+static int64_t *feature_ids(const TableSync *s, const int *features, int nf, const Batch *b,
+                            int64_t *n) {
   int64_t total = 0;
-  for (int k = 0; k < t->nfeatures; k++) {
-    const Feature *f = &s->schema->features[t->features[k]];
+  for (int k = 0; k < nf; k++) {
+    const Feature *f = &s->schema->features[features[k]];
     total += (f->jag >= 0 ? b->total[f->jag] : b->B) * f->width;
   }
   int64_t *ids = xcalloc((size_t)total + 1, sizeof *ids), m = 0;
-  for (int k = 0; k < t->nfeatures; k++) {
-    const Feature *f = &s->schema->features[t->features[k]];
+  for (int k = 0; k < nf; k++) {
+    const Feature *f = &s->schema->features[features[k]];
     int64_t cnt = (f->jag >= 0 ? b->total[f->jag] : b->B) * f->width;
-    memcpy(ids + m, b->ids[t->features[k]], (size_t)cnt * sizeof *ids);
+    memcpy(ids + m, b->ids[features[k]], (size_t)cnt * sizeof *ids);
     m += cnt;
   }
   qsort(ids, (size_t)m, sizeof *ids, cmp_i64);
@@ -263,6 +303,11 @@ static int64_t *batch_ids(const TableSync *s, const TState *t, const Batch *b, i
     if (u == 0 || ids[i] != ids[u - 1]) ids[u++] = ids[i];
   *n = u;
   return ids;
+}
+
+// The distinct ids of table t that batch b reads, ascending; *n of them (caller frees).
+static int64_t *batch_ids(const TableSync *s, const TState *t, const Batch *b, int64_t *n) {
+  return feature_ids(s, t->features, t->nfeatures, b, n);
 }
 
 // Orders ids[n] (ascending) by owner, each owner's ids still ascending, into out; sets
@@ -329,16 +374,20 @@ static int64_t index_of(const int64_t *ids, int64_t n, int64_t id) {
   return lo;
 }
 
-// A windowed table's window for batch b: its distinct ids, their rows in the executor (this
-// rank's own from `own`, the others fetched), and b's ids of it as window rows in the view.
+// A windowed table's window for batch b: the distinct ids of its group's features, the rows
+// of those it reads itself in the executor (this rank's own from `own`, the others fetched;
+// the rest zero), and b's ids of it as window rows in the view.
 static bool fetch_window(TableSync *s, TState *t, CpuExec *x, const Batch *b, char *err,
                          size_t err_size) {
-  int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
+  int64_t n = 0, *all = feature_ids(s, t->group_features, t->ngroup_features, b, &n), m = 0;
   free(t->window);
   t->window = all;
   float *w = cpu_exec_set_table_rows(x, t->tensor, n);
-  int64_t *pos = xcalloc((size_t)n + 1, sizeof *pos), *theirs = xcalloc((size_t)n + 1, sizeof *theirs);
-  for (int64_t i = 0; i < n; i++) {
+  memset(w, 0, (size_t)(n * t->dim) * sizeof *w);
+  int64_t nread = 0, *read = batch_ids(s, t, b, &nread);
+  int64_t *pos = xcalloc((size_t)nread + 1, sizeof *pos), *theirs = xcalloc((size_t)nread + 1, sizeof *theirs);
+  for (int64_t r = 0; r < nread; r++) {
+    int64_t i = index_of(all, n, read[r]);
     if (owner_of(s, t, all[i]) == s->rank) {
       memcpy(w + i * t->dim, t->own + local_row(s, t, all[i]) * t->dim,
              (size_t)t->dim * sizeof *w);
@@ -347,6 +396,7 @@ static bool fetch_window(TableSync *s, TState *t, CpuExec *x, const Batch *b, ch
       theirs[m++] = all[i];
     }
   }
+  free(read);
   int64_t *want = xcalloc((size_t)m + 1, sizeof *want), *perm = xcalloc((size_t)m + 1, sizeof *perm);
   by_owner(s, t, theirs, m, want, perm);
   float *got = NULL;
@@ -591,14 +641,14 @@ void table_sync_init_rows(TableSync *s, uint64_t seed) {
 int64_t table_sync_rows_held(const TableSync *s, int table, int64_t B) {
   const TState *t = find(s, table);
   if (!t || !t->windowed) return -1;
-  int64_t most = 0;  // the most distinct ids a batch of B can read: its occurrences
-  for (int k = 0; k < t->nfeatures; k++) {
-    const Feature *f = &s->schema->features[t->features[k]];
+  int64_t most = 0;  // the most distinct ids a batch of B can hold: its occurrences
+  for (int k = 0; k < t->ngroup_features; k++) {
+    const Feature *f = &s->schema->features[t->group_features[k]];
     int64_t per = f->jag >= 0 ? f->max_len : 1;
     most += B * per * f->width;
-    if (most > t->rows) break;
+    if (most > t->group_rows) break;
   }
-  return t->nown + (most < t->rows ? most : t->rows);
+  return t->nown + (most < t->group_rows ? most : t->group_rows);
 }
 
 double table_sync_seconds(const TableSync *s) { return s->seconds; }

@@ -61,10 +61,12 @@ bool table_sync_reduce_rows(TableSync *s, int table, const int64_t *ids, const f
 // The rows of `table` that `rank` owns, ascending, into ids (NULL: only count them); 0 for a
 // replicated table.
 int64_t table_sync_owned_ids(const TableSync *s, int table, int rank, int64_t *ids);
-// Windowed tables (CPU ranks): a sharded table whose id features no other table reads is
-// held by each rank as its own rows only, 1/world of a row-wise table, the whole table on its
-// owner and nothing elsewhere for a table-wise one, and the executor gets each batch's rows
-// (cpu_exec_new_windowed). table_sync_windowed sets windowed[t] for them ([ir->ntensors]).
+// Windowed tables (CPU ranks): a sharded table is held by each rank as its own rows only,
+// 1/world of a row-wise table, the whole table on its owner and nothing elsewhere for a
+// table-wise one, and the executor gets each batch's rows (cpu_exec_new_windowed). Tables
+// that share an id feature share one window (the distinct ids of all their features), so
+// they are windowed together when all of them are sharded, and none is when one of them is
+// replicated. table_sync_windowed sets windowed[t] for them ([ir->ntensors]).
 void table_sync_windowed(const TableSync *s, bool *windowed);
 // Allocates each windowed table's own rows and gives them their initial values
 // (cpu_init_table_rows, the same values a whole table gets from `seed`).

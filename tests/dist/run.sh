@@ -169,6 +169,30 @@ train restz13 4 --resume ck1 --dense zero3
 same "ZeRO-3 on 2 ranks saves, 1 rank resumes = a straight run" restz3.json one.json
 same "ZeRO-3 on 2 ranks saves, ZeRO-3 on 4 resumes = a straight run" restz34.json one.json
 same "1 rank saves, ZeRO-3 on 4 resumes = a straight run" restz13.json one.json
+# Tables that share an id feature share one window: gem_tiny where items also reads `ad`, and
+# ads (3000 rows) a second feature ad2 whose ids items has no rows for. Sharded, both hold
+# their own rows only and equal 1 rank; with one of them replicated, the other stays whole.
+STEPS=30
+sed -e 's/^  sparse ad       : id;.*/&\n  sparse ad2      : id;/' \
+    -e 's/^  table ads   : rows 1000;/  table ads   : rows 3000;/' \
+    -e 's/^  a = embed(ads, ad);/  a = embed(ads, ad) + embed(items, ad) + embed(ads, ad2);/' \
+    "$model" >shared.gem
+model_saved=$model
+model=$PWD/shared.gem
+train shared1 1
+train shared2 2 --shard row
+train shared4 4 --shard items=table,ads=row
+train shared_rep 2 --shard items=row
+same "tables sharing an id feature, row-wise, windowed together (2 ranks) = 1 rank" shared2.json shared1.json
+same "tables sharing an id feature, table- and row-wise (4 ranks) = 1 rank" shared4.json shared1.json
+same "tables sharing an id feature, one replicated (2 ranks) = 1 rank" shared_rep.json shared1.json
+if grep -q 'items: 1000 x 32, table-wise, on rank [0-3] only' shared4.json &&
+   grep -q 'ads: 3000 x 32, row-wise over 4 ranks, each holding its rows only' shared4.json &&
+   grep -q 'items: 1000 x 32, row-wise over 2 ranks\\n' shared_rep.json
+then pass "tables sharing a feature hold their own rows only, unless one of them is replicated"
+else fail "the placement of tables sharing a feature: $(grep -o '"tables": .*' shared4.json shared_rep.json)"; fi
+model=$model_saved
+STEPS=25
 # Windowed tables (each rank holds its own rows) resumed under another world and placement:
 # row-wise parts of 2 ranks into 4 ranks' table-wise and row-wise rows.
 train restw4 4 --resume ckz --shard items=table,ads=row
