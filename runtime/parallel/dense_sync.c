@@ -51,11 +51,11 @@ struct DenseSync {
   char err[320];
   double wait_s;
   double span_start, span_s;
-  double gather_s;      // ZeRO-3: seconds in dense_sync_gather since dense_sync_take_gather_seconds
-  // ZeRO-3: the non-finite values of the gradients packed (and released) this step, and the
-  // first parameter that had one (-1: none).
-  int64_t bad_nan, bad_inf, bad_values;
-  int bad_tensor;
+  // ZeRO-3 with the divergence guard (dense_sync_count_bad): each parameter's non-finite
+  // gradient values, counted when its bucket packed (and released) them this step.
+  bool count_bad;
+  int64_t (*bad)[2];    // [np]: NaN, Inf, by `params` index
+  bool *counted;        // [np]: packed this step
 };
 
 const char *dense_mode_name(DenseMode m) {
@@ -172,6 +172,8 @@ void dense_sync_free(DenseSync *d) {
   }
   free(d->b);
   free(d->p);
+  free(d->bad);
+  free(d->counted);
   free(d);
 }
 
@@ -193,8 +195,10 @@ void dense_sync_begin(DenseSync *d, CpuExec *x, double share) {
   d->wait_s = 0;
   d->span_start = 0;
   d->span_s = 0;
-  d->bad_nan = d->bad_inf = d->bad_values = 0;
-  d->bad_tensor = -1;
+  if (d->bad) {
+    memset(d->bad, 0, (size_t)d->np * sizeof *d->bad);
+    memset(d->counted, 0, (size_t)d->np * sizeof *d->counted);
+  }
 }
 
 // GPU ranks: the bucket's gradients all-reduced in place, scaled by the share, after the
@@ -225,15 +229,12 @@ static void start_bucket(DenseSync *d, Bucket *k, int index) {
     else for (int64_t e = 0; e < d->p[i].numel; e++) dst[e] = g[e] * s;
     if (d->mode != DENSE_ZERO3 || !g) continue;
     // ZeRO-3: the divergence guard's count, then the executor's buffer goes.
-    int64_t nan = 0, inf = 0;
-    for (int64_t e = 0; e < d->p[i].numel; e++)
-      if (!isfinite(g[e])) isnan(g[e]) ? nan++ : inf++;
-    if (nan + inf > 0 && d->bad_tensor < 0) {
-      d->bad_tensor = d->p[i].tensor;
-      d->bad_values = d->p[i].numel;
+    if (d->count_bad) {
+      int64_t *bad = d->bad[d->p[i].index];
+      for (int64_t e = 0; e < d->p[i].numel; e++)
+        if (!isfinite(g[e])) bad[isnan(g[e]) ? 0 : 1]++;
+      d->counted[d->p[i].index] = true;
     }
-    d->bad_nan += nan;
-    d->bad_inf += inf;
     cpu_exec_release_grad(d->x, d->p[i].tensor);
   }
   char what[64];
@@ -408,23 +409,23 @@ bool dense_sync_gather(DenseSync *d, int i, float *whole, char *err, size_t err_
   CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32,
                    .send = n > 0 ? k->shard + (p->offset + from - k->own_lo) : whole,
                    .recv = whole, .counts = counts, .what = what};
-  double t0 = monotonic_seconds();
   int h = comm_start(d->c, &call, err, err_size);
   bool ok = h >= 0 && comm_wait(d->c, h, err, err_size);
-  d->gather_s += monotonic_seconds() - t0;
   free(counts);
   return ok;
 }
 
-double dense_sync_take_gather_seconds(DenseSync *d) {
-  double s = d->gather_s;
-  d->gather_s = 0;
-  return s;
+void dense_sync_count_bad(DenseSync *d, bool on) {
+  if (on && !d->bad) {
+    d->bad = xcalloc((size_t)d->np + 1, sizeof *d->bad);
+    d->counted = xcalloc((size_t)d->np + 1, sizeof *d->counted);
+  }
+  d->count_bad = on;
 }
 
-int dense_sync_bad_grads(const DenseSync *d, int64_t *nan, int64_t *inf, int64_t *values) {
-  *nan = d->bad_nan;
-  *inf = d->bad_inf;
-  *values = d->bad_values;
-  return d->bad_tensor;
+bool dense_sync_bad_grad(const DenseSync *d, int i, int64_t *nan, int64_t *inf) {
+  if (!d->count_bad || !d->bad || i < 0 || i >= d->np || !d->counted[i]) return false;
+  *nan = d->bad[i][0];
+  *inf = d->bad[i][1];
+  return true;
 }

@@ -77,11 +77,11 @@ float *dense_sync_shard(DenseSync *d, int i, int64_t *from, int64_t *n);
 // rank calls it for the same parameters in the same order).
 bool dense_sync_gather(DenseSync *d, int i, float *whole, char *err, size_t err_size);
 // ZeRO-3: the gradients a bucket packs are released from the executor then, so the divergence
-// guard reads their non-finite values here: this step's counts so far, and the first
-// parameter with one (its IR tensor; -1: none, and *values its number of elements).
-int dense_sync_bad_grads(const DenseSync *d, int64_t *nan, int64_t *inf, int64_t *values);
-// ZeRO-3: the seconds spent in dense_sync_gather since the last call (then restarts at 0).
-double dense_sync_take_gather_seconds(DenseSync *d);
+// guard reads their non-finite values here. dense_sync_count_bad(d, true) makes the packing
+// count them; dense_sync_bad_grad then gives parameter i's counts (in the order of `params`)
+// and true once this step's backward has packed it (false before, and when not counting).
+void dense_sync_count_bad(DenseSync *d, bool on);
+bool dense_sync_bad_grad(const DenseSync *d, int i, int64_t *nan, int64_t *inf);
 // Seconds this step spent waiting in finish and update (the exposed communication).
 double dense_sync_wait_seconds(const DenseSync *d);
 // Seconds from the step's first bucket start to the end of finish (the gradients' reduction,

@@ -351,6 +351,7 @@ static void zero3_setup(Trainer *t, bool *gathered, int64_t *param_elems) {
   int *params = xcalloc((size_t)ir->ntensors + 1, sizeof *params);
   int np = dense_params(ir, params);
   t->dense = dense_sync_new(t->opt.comm, ir, DENSE_ZERO3, bucket_bytes(t), params, np);
+  dense_sync_count_bad(t->dense, t->opt.on_nan_skip > 0);  // for the divergence guard
   t->dense_index = xcalloc((size_t)ir->ntensors + 1, sizeof *t->dense_index);
   for (int i = 0; i < ir->ntensors; i++) t->dense_index[i] = -1, param_elems[i] = -1;
   for (int i = 0; i < np; i++) {
@@ -363,13 +364,20 @@ static void zero3_setup(Trainer *t, bool *gathered, int64_t *param_elems) {
   free(params);
 }
 
+// A dense parameter this rank holds only a ZeRO-3 part of (dense_sync_shard).
+static bool zero3_param(const Trainer *t, const Trained *p) {
+  return !p->table && t->dense_index && t->dense_index[p->tensor] >= 0;
+}
+
 // The executor's fill of a gathered parameter: every rank's part of it. A failure is kept for
 // the step to report (the executor's pass runs to its end on zeros).
 static void zero3_fill(void *ctx, int tensor, float *whole) {
   Trainer *t = ctx;
-  if (t->gather_err[0] ||
-      !dense_sync_gather(t->dense, t->dense_index[tensor], whole, t->gather_err,
-                         sizeof t->gather_err)) {
+  double t0 = monotonic_seconds();
+  bool ok = !t->gather_err[0] && dense_sync_gather(t->dense, t->dense_index[tensor], whole,
+                                                   t->gather_err, sizeof t->gather_err);
+  t->dist_comm_s += monotonic_seconds() - t0;  // a step's, or an evaluation's (as allreduces)
+  if (!ok) {
     if (!t->gather_err[0]) snprintf(t->gather_err, sizeof t->gather_err, "a gather failed");
     int64_t n = cpu_exec_numel(t->x, tensor);
     memset(whole, 0, (size_t)n * sizeof *whole);
@@ -778,10 +786,14 @@ static bool cpu_bad_grad(Trainer *t, char *name, size_t size, int64_t *nan, int6
     int64_t nrows = 0;
     const int64_t *row_ids = NULL;
     const float *g = cpu_exec_grad(t->x, p->tensor, &nrows, &row_ids);
-    if (!g) continue;
     *values = p->table ? nrows * p->dim : p->numel;
     *nan = *inf = 0;
-    count_nonfinite(g, *values, nan, inf);
+    if (g) {
+      count_nonfinite(g, *values, nan, inf);
+    } else if (!zero3_param(t, p) ||  // ZeRO-3: released once packed, and counted then
+               !dense_sync_bad_grad(t->dense, t->dense_index[p->tensor], nan, inf)) {
+      continue;
+    }
     if (*nan + *inf == 0) continue;
     snprintf(name, size, "grad:%s", t->ir->tensors[p->tensor].name);
     return true;
@@ -1219,8 +1231,7 @@ static void dist_step_done(Trainer *t, double l, double start, double comm_befor
   t->cursor += t->B;
   double took = monotonic_seconds() - start;
   t->dist_comm_s += table_sync_seconds(t->tables) - tables_before +
-                    dense_sync_wait_seconds(t->dense) +
-                    (t->dense_index ? dense_sync_take_gather_seconds(t->dense) : 0);
+                    dense_sync_wait_seconds(t->dense);
   t->dist_compute_s += took - (t->dist_comm_s - comm_before);
   t->grad_bytes_s += dense_sync_span_seconds(t->dense);
   t->dist_steps++;
@@ -1369,13 +1380,7 @@ static bool dist_step(Trainer *t, double *loss, char *err, size_t err_size) {
     char name[192] = "a gradient of another rank";
     int64_t bad[3] = {0, 0, 0};  // NaN, Inf, values
     if (t->opt.on_nan_skip > 0) {
-      // (ZeRO-3: the gradients already packed were counted then, dense_sync_bad_grads)
-      int bad_tensor = t->dense_index ? dense_sync_bad_grads(t->dense, &bad[0], &bad[1], &bad[2])
-                                      : -1;
-      if (bad_tensor >= 0)
-        snprintf(name, sizeof name, "grad:%s", t->ir->tensors[bad_tensor].name);
-      else
-        cpu_bad_grad(t, name, sizeof name, &bad[0], &bad[1], &bad[2]);
+      cpu_bad_grad(t, name, sizeof name, &bad[0], &bad[1], &bad[2]);
       if (!dist_allreduce(t, bad, 3, COMM_I64, "the divergence guard", err, err_size))
         return false;
     }
@@ -1655,11 +1660,6 @@ static void entries_free(Entries *s) {
 // A dense parameter whose AdamW moments this rank holds only a ZeRO part of.
 static bool zero_part(const Trained *p) {
   return !p->table && p->st.cfg.kind == OPTIM_ADAMW && (p->st.base != 0 || p->st.n != p->numel);
-}
-
-// A dense parameter this rank holds only a ZeRO-3 part of (dense_sync_shard).
-static bool zero3_param(const Trainer *t, const Trained *p) {
-  return !p->table && t->dense_index && t->dense_index[p->tensor] >= 0;
 }
 
 // After a resume read the whole moments into s->full: this rank's part into its state.
@@ -1990,17 +1990,18 @@ static bool read_range_part(Trainer *t, const char *dir, const char *file, CkptF
   snprintf(ve, sizeof ve, "part.adamw.v:%s", name);
   int64_t range[2] = {0, 0};
   if (!checkpoint_read_entry(f, e, range, sizeof range, err, err_size)) return false;
-  int64_t bytes = range[1] * (int64_t)sizeof(float);
   bool values = checkpoint_info_size(info, pe) >= 0;
   bool moments = checkpoint_info_size(info, me) >= 0 || checkpoint_info_size(info, ve) >= 0;
-  if (range[0] < 0 || range[1] <= 0 || range[0] > q->numel || range[1] > q->numel - range[0] ||
-      (values && checkpoint_info_size(info, pe) != bytes) ||
+  bool fits = range[0] >= 0 && range[1] > 0 && range[0] <= q->numel &&
+              range[1] <= q->numel - range[0];
+  int64_t bytes = fits ? range[1] * (int64_t)sizeof(float) : 0;
+  if (!fits || (values && checkpoint_info_size(info, pe) != bytes) ||
       (moments && (checkpoint_info_size(info, me) != bytes ||
                    checkpoint_info_size(info, ve) != bytes)) ||
       (!values && !moments))
-    return fail(err, err_size, "%s/%s is corrupt: its part of '%s' (elements [%" PRId64
-                ", %" PRId64 ") of %" PRId64 ") does not match its values and moments", dir,
-                file, name, range[0], range[0] + range[1], q->numel);
+    return fail(err, err_size, "%s/%s is corrupt: its part of '%s' (%" PRId64 " elements from "
+                "element %" PRId64 ", of %" PRId64 ") does not match its values and moments",
+                dir, file, name, range[1], range[0], q->numel);
   // Where the part's elements go: this rank's ZeRO-3 part, or the whole parameter.
   int64_t lo = 0, n = q->numel;
   float *w = NULL, *m = q->st.m, *v = q->st.v;
@@ -2034,7 +2035,9 @@ static bool read_range_part(Trainer *t, const char *dir, const char *file, CkptF
                     (!moments || (isfinite(buf[1][j]) && isfinite(buf[2][j]) && buf[2][j] >= 0));
       if (!finite || (values && seen[qi][el]))
         ok = fail(err, err_size, "%s/%s is corrupt: element %" PRId64 " of '%s' %s", dir, file,
-                  at + j, name, finite ? "is in two parts" : "holds a value that is not finite");
+                  at + j, name,
+                  finite ? "is in two parts"
+                         : "holds a value that is not finite (or a negative second moment)");
       if (!ok) break;
       if (values) {
         seen[qi][el] = 1;

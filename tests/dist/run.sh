@@ -143,6 +143,19 @@ if [ $rc != 0 ] && grep -q "rank 0: error: training diverged at step 5" nanstop.
   pass "--on-nan stop: both ranks stop at step 5 (exit $rc)"
 else fail "--on-nan stop: exit $rc"; sed 's/^/    /' nanstop.out | head -n 10; fi
 
+# Gradients that overflow (a huge learning rate): ZeRO-3 releases a gradient once its bucket
+# has packed it, and counts its non-finite values then, so the guard names the same tensor
+# and counts as under ZeRO-2.
+for d in zero2 zero3; do
+  "$gemc" launch -n 2 train "$model" --backend cpu --steps 30 -q --dense $d --lr 1e6 --beta1 0 \
+    --on-nan skip=3 >"inf_$d.out" 2>&1
+done
+g2=$(grep -m1 "rank 0: error: training diverged" inf_zero2.out)
+g3=$(grep -m1 "rank 0: error: training diverged" inf_zero3.out)
+if [ -n "$g2" ] && [ "$g2" = "$g3" ]
+then pass "non-finite gradients: ZeRO-3's guard says what ZeRO-2's does ($(echo "$g3" | grep -o 'grad:[^ ]* holds [0-9]* NaN'))"
+else fail "non-finite gradients: ZeRO-2 '$g2', ZeRO-3 '$g3'"; fi
+
 # Resharding: 2 ranks save at step 25, 1 rank resumes; 1 rank saves, 4 ranks resume.
 STEPS=25
 train half2 2 --save ck2

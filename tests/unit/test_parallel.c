@@ -1,7 +1,8 @@
 // test_parallel.c: the pieces of distributed training that need no second process: the
 // token-balanced batch split, a ZeRO shard's optimizer step (optim_step_dense_part), the
-// collectives of a world of one (COMM_SELF), the option names. tests/dist/run.sh runs real
+// collectives of a world of one (COMM_SELF), ZeRO-3's sync in a world of one, the option names. tests/dist/run.sh runs real
 // worlds of 2 and 4 ranks.
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,9 +12,12 @@
 
 #include <cmocka.h>
 
+#include "autodiff.h"
 #include "batch_split.h"
 #include "comm.h"
+#include "cpu_exec.h"
 #include "dense_sync.h"
+#include "load_text.h"
 #include "optim.h"
 #include "table_sync.h"
 
@@ -155,6 +159,108 @@ static void test_comm_self(void **state) {
   comm_close(c);
 }
 
+// ZeRO-3's sync in a world of one (the rank owns every part): the parts start as the
+// parameters' initial values, a gather gives the whole parameter back, and a backward pass
+// packs each gradient into its bucket, counting its non-finite values for the divergence
+// guard, then releases the executor's buffer.
+typedef struct Zero3 {
+  DenseSync *d;
+  int *index;  // tensor -> place in `params`
+  char err[256];
+} Zero3;
+
+static void zero3_fill_test(void *ctx, int t, float *whole) {
+  Zero3 *z = ctx;
+  assert_true(dense_sync_gather(z->d, z->index[t], whole, z->err, sizeof z->err));
+}
+
+static void zero3_done(void *ctx, int node) { dense_sync_node_done(((Zero3 *)ctx)->d, node); }
+
+static void test_zero3_world_of_one(void **state) {
+  (void)state;
+  Loaded *m = load("z3.gem",
+                   "model z3 {\n  batch 4; dim 8;\n  dense cnt : f32[3];\n  label click;\n"
+                   "  y = mlp(linear(cnt, 8), [8, 1], act = relu);\n  loss bce(y, click);\n}\n");
+  Diag d;
+  diag_init(&d, &m->src, stderr);
+  assert_true(autodiff(&m->ir, &d));
+  char err[256];
+  Comm *c = comm_open(COMM_SELF, 0, 1, 10, NULL, err, sizeof err);
+  assert_non_null(c);
+  int params[64], np = 0;
+  bool gathered[256] = {0};
+  Zero3 z = {.index = calloc((size_t)m->ir.ntensors + 1, sizeof(int))};
+  assert_true(m->ir.ntensors <= 256);
+  for (int t = 0; t < m->ir.ntensors; t++)
+    if (m->ir.tensors[t].kind == TENSOR_PARAM && ir_grad_of(&m->ir, t) >= 0) {
+      z.index[t] = np;
+      gathered[t] = true;
+      params[np++] = t;
+    }
+  assert_true(np >= 4);
+  z.d = dense_sync_new(c, &m->ir, DENSE_ZERO3, 64, params, np);  // small buckets
+  assert_true(dense_sync_buckets(z.d) >= 2);
+  dense_sync_count_bad(z.d, true);
+  CpuExec *whole = cpu_exec_new(&m->ir, EXEC_F32);
+  CpuExec *x = cpu_exec_new_parts(&m->ir, EXEC_F32, NULL, gathered);
+  cpu_exec_init_params(whole, 4);
+  for (int i = 0; i < np; i++) {
+    int64_t from, n;
+    float *part = dense_sync_shard(z.d, i, &from, &n);
+    assert_int_equal(from, 0);  // one rank: all of it
+    assert_int_equal(n, cpu_exec_numel(whole, params[i]));
+    cpu_init_param_part(&m->ir, params[i], 4, from, n, part);
+    float *back = calloc((size_t)n + 1, sizeof *back);
+    assert_true(dense_sync_gather(z.d, i, back, err, sizeof err));
+    assert_memory_equal(back, cpu_exec_data(whole, params[i]), (size_t)n * sizeof *back);
+    free(back);
+  }
+  cpu_exec_set_param_fill(x, zero3_fill_test, &z);
+  cpu_exec_set_backward_hook(x, zero3_done, &z);
+  Batch b;
+  batch_alloc(&b, &m->s, 4);
+  for (int k = 0; k < 12; k++) b.values[schema_find(&m->s, "cnt")][k] = 0.25f * (float)(k % 5);
+  for (int k = 0; k < 4; k++) b.values[schema_find(&m->s, "click")][k] = (float)(k & 1);
+  // A NaN input makes every gradient downstream of the first linear NaN.
+  b.values[schema_find(&m->s, "cnt")][5] = NAN;
+  assert_true(cpu_exec_set_batch(x, &b, err, sizeof err));
+  assert_true(cpu_exec_set_batch(whole, &b, err, sizeof err));
+  cpu_exec_forward(whole);
+  cpu_exec_backward(whole);
+  dense_sync_begin(z.d, x, 1.0);
+  cpu_exec_forward(x);
+  int64_t nan = 0, inf = 0;
+  assert_false(dense_sync_bad_grad(z.d, 0, &nan, &inf));  // nothing packed yet
+  cpu_exec_backward(x);
+  assert_true(dense_sync_finish(z.d, err, sizeof err));
+  for (int i = 0; i < np; i++) {
+    // Packed during the backward (its bucket started), then released.
+    assert_null(cpu_exec_grad(x, params[i], NULL, NULL));
+    assert_true(dense_sync_bad_grad(z.d, i, &nan, &inf));
+    int64_t want_nan = 0, want_inf = 0, n = cpu_exec_numel(whole, params[i]);
+    const float *g = cpu_exec_grad(whole, params[i], NULL, NULL);
+    for (int64_t e = 0; e < n; e++)
+      if (!isfinite(g[e])) isnan(g[e]) ? want_nan++ : want_inf++;
+    assert_int_equal(nan, want_nan);
+    assert_int_equal(inf, want_inf);
+  }
+  dense_sync_begin(z.d, x, 1.0);  // a new step forgets them
+  assert_false(dense_sync_bad_grad(z.d, 0, &nan, &inf));
+  int64_t total_nan = 0;
+  for (int i = 0; i < np; i++) {
+    const float *g = cpu_exec_grad(whole, params[i], NULL, NULL);
+    for (int64_t e = 0; e < cpu_exec_numel(whole, params[i]); e++) total_nan += isnan(g[e]);
+  }
+  assert_true(total_nan > 0);  // the case has something to count
+  batch_free(&b);
+  cpu_exec_free(x);
+  cpu_exec_free(whole);
+  dense_sync_free(z.d);
+  free(z.index);
+  comm_close(c);
+  unload(m);
+}
+
 static void test_option_names(void **state) {
   (void)state;
   DenseMode m;
@@ -212,6 +318,7 @@ int main(void) {
       cmocka_unit_test(test_split_one_example_each),
       cmocka_unit_test(test_optim_part_equals_whole),
       cmocka_unit_test(test_comm_self),
+      cmocka_unit_test(test_zero3_world_of_one),
       cmocka_unit_test(test_option_names),
       cmocka_unit_test(test_device_calls_need_nccl),
   };
