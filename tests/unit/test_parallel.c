@@ -1,7 +1,7 @@
 // test_parallel.c: the pieces of distributed training that need no second process: the
 // token-balanced batch split, a ZeRO shard's optimizer step (optim_step_dense_part), the
-// collectives of a world of one (COMM_SELF), ZeRO-3's sync in a world of one, the option names. tests/dist/run.sh runs real
-// worlds of 2 and 4 ranks.
+// collectives of a world of one (COMM_SELF), ZeRO-3's sync in a world of one, the option
+// names. tests/dist/run.sh runs real worlds of 2 and 4 ranks.
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
