@@ -73,9 +73,12 @@ bool table_placement_parse(const char *s, TablePlacement *out) {
   return false;
 }
 
-// The ids come from batches the data reader checked: in [0, rows).
+// The ids come from batches the data reader checked: in [0, rows). Every rank owns every row
+// of a replicated table.
 static int owner_of(const TableSync *s, const TState *t, int64_t id) {
-  return t->place == PLACE_TABLE ? t->owner : (int)(id % s->world);
+  return t->place == PLACE_TABLE ? t->owner
+         : t->place == PLACE_ROW ? (int)(id % s->world)
+                                 : s->rank;
 }
 
 static bool shares_feature(const TState *a, const TState *b) {
@@ -139,8 +142,9 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
   free(load);
   // Tables that share an id feature read its ids as rows of one window, so they are grouped
   // (linked through shared features, transitively), and a group's window holds the distinct
-  // ids of all its features. A group is windowed when every table of it is sharded; one with
-  // a replicated table stays whole.
+  // ids of all its features. A group with a sharded table is windowed; a replicated table of
+  // it then holds all its rows as its own (every rank owns every row) and fills its window
+  // from them.
   int *group = xcalloc((size_t)s->nt + 1, sizeof *group);
   for (int k = 0; k < s->nt; k++) group[k] = k;
   for (bool merged = true; merged;) {  // the smallest index of each linked set
@@ -155,10 +159,10 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
   for (int k = 0; k < s->nt; k++) {
     TState *t = &s->t[k];
     t->group_features = xcalloc((size_t)schema->nfeatures + 1, sizeof *t->group_features);
-    t->windowed = true;
+    t->windowed = false;
     for (int j = 0; j < s->nt; j++) {
       if (group[j] != group[k]) continue;
-      t->windowed = t->windowed && s->t[j].place != PLACE_REPLICATE;
+      t->windowed = t->windowed || s->t[j].place != PLACE_REPLICATE;
       if (s->t[j].rows > t->group_rows) t->group_rows = s->t[j].rows;
       for (int a = 0; a < s->t[j].nfeatures; a++) {
         bool seen = false;
@@ -172,7 +176,8 @@ TableSync *table_sync_new(Comm *c, const Ir *ir, const Schema *schema,
   for (int k = 0; k < s->nt; k++) {
     TState *t = &s->t[k];
     if (!t->windowed) continue;
-    t->nown = table_sync_owned_ids(s, t->tensor, s->rank, NULL);
+    t->nown = t->place == PLACE_REPLICATE ? t->rows
+                                          : table_sync_owned_ids(s, t->tensor, s->rank, NULL);
     t->rows_of = xcalloc((size_t)t->nfeatures + 1, sizeof *t->rows_of);
     t->cap_rows_of = xcalloc((size_t)t->nfeatures + 1, sizeof *t->cap_rows_of);
   }
@@ -328,7 +333,7 @@ static void by_owner(TableSync *s, const TState *t, const int64_t *ids, int64_t 
 
 // The row of `own` that holds id, which this rank owns.
 static int64_t local_row(const TableSync *s, const TState *t, int64_t id) {
-  return t->place == PLACE_TABLE ? id : id / s->world;
+  return t->place == PLACE_ROW ? id / s->world : id;
 }
 
 // Rows want[m] of table t (ordered by owner, send_counts set by by_owner) from their owners,
@@ -433,11 +438,11 @@ bool table_sync_fetch(TableSync *s, CpuExec *x, const Batch *b, const Batch **bo
   *bound = &s->view;
   for (int k = 0; ok && k < s->nt; k++) {
     TState *t = &s->t[k];
-    if (t->place == PLACE_REPLICATE) continue;
     if (t->windowed) {
       ok = fetch_window(s, t, x, b, err, err_size);
       continue;
     }
+    if (t->place == PLACE_REPLICATE) continue;
     int64_t n = 0, *all = batch_ids(s, t, b, &n), m = 0;
     for (int64_t i = 0; i < n; i++)  // the ids this rank does not own
       if (owner_of(s, t, all[i]) != s->rank) all[m++] = all[i];
@@ -632,7 +637,7 @@ void table_sync_init_rows(TableSync *s, uint64_t seed) {
     for (int64_t from = 0; from < t->nown; from += SLICE) {
       int64_t n = t->nown - from < SLICE ? t->nown - from : SLICE;
       for (int64_t i = 0; i < n; i++)
-        ids[i] = t->place == PLACE_TABLE ? from + i : (from + i) * s->world + s->rank;
+        ids[i] = t->place == PLACE_ROW ? (from + i) * s->world + s->rank : from + i;
       cpu_init_table_rows(s->ir, t->tensor, seed, ids, n, t->own + from * t->dim);
     }
   }

@@ -1680,9 +1680,17 @@ static void entries_take_parts(Trainer *t, const Entries *s) {
 // reads (NULL when saving): a table's whole entries are listed only where it has them, and a
 // windowed table's and the parts (read by read_parts) without a buffer, so that they are
 // checked but not read.
+// A replicated table windowed with a sharded one (they share an id feature) owns all its
+// rows, in id order, on every rank: it is saved whole, from them (whole_own).
 static float *own_rows(const Trainer *t, const Trained *p, int64_t *nown) {
   *nown = 0;
   return p->table && t->tables ? table_sync_own_rows(t->tables, p->tensor, nown) : NULL;
+}
+
+static float *whole_own(const Trainer *t, const Trained *p) {
+  int64_t nown;
+  float *own = own_rows(t, p, &nown);
+  return own && table_sync_placement(t->tables, p->tensor) == PLACE_REPLICATE ? own : NULL;
 }
 
 static bool file_has(const CkptInfo *info, const char *kind, const char *name) {
@@ -1703,13 +1711,16 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
     size_t bytes = (size_t)p->st.n * sizeof(float);
     int64_t nown;
     bool windowed = own_rows(t, p, &nown) != NULL, z3 = zero3_param(t, p);
+    float *all_own = whole_own(t, p);  // (saved whole, though windowed)
     // A ZeRO-3 parameter, like a windowed table, is saved as parts; one whole in the file is
     // checked here and this rank's part of it read by read_own_part.
     bool whole = info ? file_has(info, p->table ? "table" : "param", name)
-                      : !windowed && !z3;
+                      : (!windowed || all_own) && !z3;
     if (whole)
       add_entry(s, p->table ? "table" : "param", name,
-                windowed || z3 ? NULL : cpu_exec_data(t->x, p->tensor),
+                info && (windowed || z3) ? NULL
+                : all_own                ? all_own
+                                         : cpu_exec_data(t->x, p->tensor),
                 (size_t)p->numel * sizeof(float), CKPT_FINITE);
     s->steps[i] = p->st.step;
     add_entry(s, "optim.step", name, &s->steps[i], sizeof s->steps[i], CKPT_ANY);
@@ -1739,8 +1750,8 @@ static void list_entries(Trainer *t, Entries *s, double *losses, int64_t nsteps,
     // otherwise); one in parts has them in its parts.
     if (info ? p->st.cfg.kind == OPTIM_ROWWISE_ADAGRAD &&
                    (file_has(info, "adagrad.rowsum", name) || (p->table && whole))
-             : p->st.rowsum && !windowed)
-      add_entry(s, "adagrad.rowsum", name, windowed ? NULL : p->st.rowsum,
+             : p->st.rowsum && (!windowed || all_own))
+      add_entry(s, "adagrad.rowsum", name, info && windowed ? NULL : p->st.rowsum,
                 (size_t)p->rows * sizeof(float), CKPT_FINITE_NONNEG);
   }
   for (int k = 0; info && k < info->nentries; k++) {

@@ -184,7 +184,8 @@ same "ZeRO-3 on 2 ranks saves, ZeRO-3 on 4 resumes = a straight run" restz34.jso
 same "1 rank saves, ZeRO-3 on 4 resumes = a straight run" restz13.json one.json
 # Tables that share an id feature share one window: gem_tiny where items also reads `ad`, and
 # ads (3000 rows) a second feature ad2 whose ids items has no rows for. Sharded, both hold
-# their own rows only and equal 1 rank; with one of them replicated, the other stays whole.
+# their own rows only and equal 1 rank; with ads replicated, items still does (ads then owns
+# all its rows on every rank and fills its window from them), saves, and resumes on 1 rank.
 STEPS=30
 sed -e 's/^  sparse ad       : id;.*/&\n  sparse ad2      : id;/' \
     -e 's/^  table ads   : rows 1000;/  table ads   : rows 3000;/' \
@@ -201,9 +202,14 @@ same "tables sharing an id feature, table- and row-wise (4 ranks) = 1 rank" shar
 same "tables sharing an id feature, one replicated (2 ranks) = 1 rank" shared_rep.json shared1.json
 if grep -q 'items: 1000 x 32, table-wise, on rank [0-3] only' shared4.json &&
    grep -q 'ads: 3000 x 32, row-wise over 4 ranks, each holding its rows only' shared4.json &&
-   grep -q 'items: 1000 x 32, row-wise over 2 ranks\\n' shared_rep.json
-then pass "tables sharing a feature hold their own rows only, unless one of them is replicated"
+   grep -q 'items: 1000 x 32, row-wise over 2 ranks, each holding its rows only' shared_rep.json
+then pass "tables sharing a feature hold their own rows only, also beside a replicated one"
 else fail "the placement of tables sharing a feature: $(grep -o '"tables": .*' shared4.json shared_rep.json)"; fi
+STEPS=15
+train shared_half 2 --shard items=row --save ckshared
+train shared_rest 1 --resume ckshared
+same "tables sharing a feature, one replicated, save on 2 ranks and resume on 1 = 1 rank" \
+  shared_rest.json shared1.json
 model=$model_saved
 STEPS=25
 # Windowed tables (each rank holds its own rows) resumed under another world and placement:
