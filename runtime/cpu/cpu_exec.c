@@ -268,14 +268,15 @@ int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
                                    const int64_t *table_rows, const int64_t *param_elems) {
   int64_t elem = mode == EXEC_F64 ? (int64_t)sizeof(double) : (int64_t)sizeof(float);
   int64_t total = 0;
+  bool *gathered = NULL;
   if (param_elems) {  // the gathered parameters whole at once, at their peak
-    bool *gathered = xcalloc((size_t)ir->ntensors + 1, sizeof *gathered);
+    gathered = xcalloc((size_t)ir->ntensors + 1, sizeof *gathered);
     for (int i = 0; i < ir->ntensors; i++) gathered[i] = param_elems[i] >= 0;
     total = sat_mul(cpu_exec_gathered_peak(ir, gathered), elem);
-    free(gathered);
   }
   for (int i = 0; i < ir->ntensors; i++) {
     const Tensor *t = &ir->tensors[i];
+    if (is_gathered_grad(ir, gathered, i)) continue;  // released as its bucket packs it
     int64_t w = t->width > 0 ? t->width : 1, n = 0, state = 0;
     switch (t->layout) {
     case LAYOUT_DENSE: n = sat_mul(B, w); break;
@@ -300,6 +301,7 @@ int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
     }
     total = sat_add(total, sat_add(sat_mul(n, elem), state));
   }
+  free(gathered);
   return total;
 }
 
@@ -332,19 +334,21 @@ int64_t cpu_memory_available(void) {
 }
 
 bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_t err_size) {
-  return cpu_exec_check_fit_rows(ir, mode, B, NULL, NULL, err, err_size);
+  return cpu_exec_check_fit_rows(ir, mode, B, NULL, NULL, 0, err, err_size);
 }
 
 bool cpu_exec_check_fit_rows(const Ir *ir, ExecMode mode, int64_t B, const int64_t *table_rows,
-                             const int64_t *param_elems, char *err, size_t err_size) {
-  int64_t need = cpu_exec_bytes_needed_rows(ir, mode, B, table_rows, param_elems);
+                             const int64_t *param_elems, int64_t extra_bytes, char *err,
+                             size_t err_size) {
+  int64_t need = sat_add(cpu_exec_bytes_needed_rows(ir, mode, B, table_rows, param_elems),
+                         extra_bytes);
   int64_t have = cpu_memory_available();
   if (have < 0 || need <= have) return true;
   return fail(err, err_size, "the model needs %s of memory on the CPU at batch %" PRId64
               " (parameters, tables%s, their gradients and optimizer state, one batch's "
-              "values); this machine has %s available", bytes_text(need).s, B,
+              "values%s); this machine has %s available", bytes_text(need).s, B,
               table_rows ? " (this rank's rows of the sharded ones)" : "",
-              bytes_text(have).s);
+              extra_bytes > 0 ? ", the gradient buckets" : "", bytes_text(have).s);
 }
 
 void cpu_exec_free(CpuExec *x) {

@@ -62,11 +62,15 @@ bool cpu_exec_check_fit(const Ir *ir, ExecMode mode, int64_t B, char *err, size_
 // >= 0: a rank's windowed tables (table_sync_rows_held). table_rows may be NULL.
 // param_elems[t] >= 0 (may be NULL) does the same for a gathered parameter: this rank's part
 // of it and its optimizer state, plus (once) the gathered parameters' peak whole at once
-// (cpu_exec_gathered_peak).
+// (cpu_exec_gathered_peak); its gradient is left to the caller, who releases it
+// (dense_sync_bytes_needed counts what is left of them).
 int64_t cpu_exec_bytes_needed_rows(const Ir *ir, ExecMode mode, int64_t B,
                                    const int64_t *table_rows, const int64_t *param_elems);
+// extra_bytes: what the caller keeps beside the executor (distributed training's gradient
+// buckets, dense_sync_bytes_needed).
 bool cpu_exec_check_fit_rows(const Ir *ir, ExecMode mode, int64_t B, const int64_t *table_rows,
-                             const int64_t *param_elems, char *err, size_t err_size);
+                             const int64_t *param_elems, int64_t extra_bytes, char *err,
+                             size_t err_size);
 void cpu_exec_free(CpuExec *x);
 
 // Deterministic initialization from `seed` (cpu_init.c, docs/executor.md): tables uniform with

@@ -151,6 +151,23 @@ DenseSync *dense_sync_new_device(Comm *c, const Ir *ir, int64_t bucket_bytes,
   return build(c, ir, DENSE_DATA_PARALLEL, bucket_bytes, params, final, grads, n);
 }
 
+int64_t dense_sync_bytes_needed(const Ir *ir, DenseMode mode, int64_t bucket_bytes,
+                                const int *params, int n, int world) {
+  int64_t total = 0, biggest = 0;
+  for (int i = 0; i < n; i++) {
+    const Tensor *t = &ir->tensors[params[i]];
+    int64_t numel = t->fixed[0] * (t->nfixed > 1 ? t->fixed[1] : 1);
+    total += numel;
+    if (numel > biggest) biggest = numel;
+  }
+  int64_t cap = bucket_bytes / (int64_t)sizeof(float);
+  if (cap < biggest) cap = biggest;  // a parameter larger than a bucket is a bucket of its own
+  if (cap > total) cap = total;
+  int64_t packed = mode == DENSE_ZERO3 ? 3 * cap : total;
+  if (packed > total) packed = total;
+  return (packed + total / (world > 0 ? world : 1)) * (int64_t)sizeof(float);
+}
+
 bool dense_sync_due(const DenseSync *d, int step) {
   return !d->failed && d->next < d->nb && d->b[d->next].last_node <= step;
 }

@@ -39,6 +39,12 @@ typedef struct DenseSync DenseSync;
 // (one parameter larger than that is a bucket of its own).
 DenseSync *dense_sync_new(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
                           const int *params, int n);
+// The memory the buckets of a CPU rank take, at their peak: every bucket's packed gradients
+// and this rank's part of each, for the parameters params[n] over `world` ranks. ZeRO-3 keeps
+// two buckets packed (the most in flight) and the executor's gradients of one more, which it
+// releases as they are packed.
+int64_t dense_sync_bytes_needed(const Ir *ir, DenseMode mode, int64_t bucket_bytes,
+                                const int *params, int n, int world);
 // GPU ranks (NCCL), data parallel: the gradients stay in the executor's device buffers,
 // grads[i] holding params[i]'s (fp32, its numel). final[i] is the step after which that
 // gradient is final: a plan launch index, which dense_sync_node_done then takes instead of an

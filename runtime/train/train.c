@@ -435,7 +435,16 @@ Trainer *trainer_new(Ir *ir, const TrainOptions *o, char *err, size_t err_size) 
   }
   // Both backends start from the CPU executor's parameters: refuse a model that cannot fit
   // before allocating anything large.
-  if (!cpu_exec_check_fit_rows(ir, EXEC_F32, t->B, held, param_elems, err, err_size)) {
+  int64_t buckets = 0;  // distributed training's gradient buckets, beside the executor
+  if (held) {
+    int *params = xcalloc((size_t)ir->ntensors + 1, sizeof *params);
+    int np = dense_params(ir, params);
+    buckets = dense_sync_bytes_needed(ir, o->dense_mode, bucket_bytes(t), params, np,
+                                      comm_world(o->comm));
+    free(params);
+  }
+  if (!cpu_exec_check_fit_rows(ir, EXEC_F32, t->B, held, param_elems, buckets, err,
+                               err_size)) {
     table_sync_free(t->tables);
     dense_sync_free(t->dense);
     free(t->dense_index);
