@@ -88,13 +88,14 @@ help:
 	@echo '                      and models at each size/count limit and one past it (tests/limits)'
 	@echo 'make test-gpu-tools   the GPU machine'"'"'s helper scripts, without a GPU (tests/gpu/tools_without_gpu.sh)'
 	@echo 'make test-gpu         on a GPU machine: every generated kernel against the CPU executor,'
-	@echo '                      GDPA cases, end-to-end curves, checkpoints, divergence, memcheck'
+	@echo '                      GDPA cases, end-to-end curves, checkpoints, divergence, memcheck;'
+	@echo '                      PART=K/N runs steps K, K+N, ... (tests/gpu/run.sh --list names them)'
 	@echo 'make test-gpu-codegen on a GPU machine: codegen_small.gem kernels through the plan launches'
 	@echo 'make fuzz             libFuzzer over the front end (FUZZ_SECONDS=60)'
 	@echo 'make bench-frontend   time check + IR of generated 1,000- and 10,000-layer models'
 	@echo 'make deps             install flex, bison and cmocka when missing (as root)'
 	@echo 'make clean            remove $(BUILD)/'
-	@echo 'Variables: BUILD, CC, OPT, EXTRA_CFLAGS, EXTRA_LDFLAGS, DEMO_STEPS, FUZZ_SECONDS'
+	@echo 'Variables: BUILD, CC, OPT, EXTRA_CFLAGS, EXTRA_LDFLAGS, DEMO_STEPS, FUZZ_SECONDS, PART'
 
 # --- dependencies -----------------------------------------------------------------------
 # Installs flex, bison and cmocka when they are missing and we are root; otherwise prints
@@ -258,7 +259,7 @@ $(GDPA_BENCH): tests/gpu/bench_gdpa.c $(BUILD)/libgemc.a
 -include $(GPU_TEST).d $(GDPA_TEST).d $(GDPA_BENCH).d $(GPU_EXTRA_TESTS:=.d)
 
 test-gpu: $(BUILD)/gemc $(GPU_TEST) $(GDPA_TEST) $(GDPA_BENCH) $(GPU_EXTRA_TESTS)
-	@tests/gpu/run.sh $(BUILD)
+	@tests/gpu/run.sh $(BUILD) $(if $(PART),--part $(PART))
 
 # Generated kernels of tests/golden/codegen_small.gem (fused add + rmsnorm, pooled mean
 # embedding, the table_grad pipeline with row-wise Adagrad) run through the plan's own launches

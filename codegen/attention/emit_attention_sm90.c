@@ -117,7 +117,8 @@ static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int 
   char kernel[128];
   snprintf(kernel, sizeof kernel, "%s_bwd_%s", a->name, dq_acc ? "qkv" : kv ? "kv" : "q");
   attn_kernel_comment(L, n, dq_acc ? "bwd: dK, dV, and dQ by float atomics" : kv ? "bwd: dK, dV" : "bwd: dQ");
-  int tiles = attn_tile_list(L, a, node, 128, kv);
+  int tiles = attn_tile_list(L, a, node, SM90_ATTN_BWD_RESIDENT, kv);
+  L->tiles[tiles].tile_kv = SM90_ATTN_BWD_STREAM;  // the streamed tiles the work estimate counts
   L->tiles[tiles].persistent = true;
   KernelBuilder kb;
   kb_begin_persistent(&kb, L, node, kernel, tiles, SM90_THREADS, smem);
@@ -126,7 +127,8 @@ static void backward_kernel(Lower *L, int node, const AttnNode *a, bool kv, int 
   if (dq_acc) kb_workspace(&kb, "float", "dq_acc", *dq_acc, true);
   int maps[4] = {kv ? a->k : a->q, kv ? a->v : a->dout, kv ? a->q : a->k, kv ? a->dout : a->v};
   const char *names[4] = {"res1_map", "res2_map", "str1_map", "str2_map"};
-  for (int i = 0; i < 4; i++) kb_tensor_map(&kb, names[i], maps[i], i < 2 ? 128 : 64);
+  for (int i = 0; i < 4; i++)
+    kb_tensor_map(&kb, names[i], maps[i], i < 2 ? SM90_ATTN_BWD_RESIDENT : SM90_ATTN_BWD_STREAM);
   // The gradients through TMA stores where they have k's 16-bit type (64-row boxes: one per
   // warpgroup), out of the consumed resident tiles.
   DType kt = ir->tensors[a->k].dtype;

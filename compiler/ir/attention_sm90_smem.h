@@ -3,7 +3,7 @@
 // SM90_BACKWARD_SMEM), and the stages they get by default: the facts that sema (which
 // schedules it accepts), codegen (the launch) and the autotuner (its candidates) share.
 // Header-only; in compiler/ir because all three see that layer.
-// defines: SM90_ATTN_TILE_Q, SM90_ATTN_MAX_SMEM, sm90_attn_forward_smem,
+// defines: SM90_ATTN_TILE_Q, SM90_ATTN_BWD_RESIDENT, SM90_ATTN_BWD_STREAM, SM90_ATTN_MAX_SMEM, sm90_attn_forward_smem,
 //          sm90_attn_forward_q_buffers, sm90_attn_backward_smem, sm90_attn_default_tile_kv, sm90_attn_forward_stages,
 //          sm90_attn_backward_stages, sm90_attn_backward_dq_smem, sm90_attn_backward_dq_stages
 #ifndef GEMC_ATTENTION_SM90_SMEM_H
@@ -13,6 +13,8 @@
 
 enum {
   SM90_ATTN_TILE_Q = 128,             // query rows of a forward work item (two warpgroups of 64)
+  SM90_ATTN_BWD_RESIDENT = 128,       // resident rows of a backward work item (SM90_BWD_RESIDENT)
+  SM90_ATTN_BWD_STREAM = 64,          // rows of a streamed backward tile (SM90_BWD_STREAM)
   SM90_ATTN_MAX_SMEM = 227 * 1024,    // what one block may opt in to on an H100/H200
 };
 

@@ -8,7 +8,6 @@
 
 #include "internal_error.h"
 
-
 // The keys query row i sees: [lo, hi) clipped to [0, lk), as the kernels' masks have it.
 static int64_t row_work(const TileList *tl, int64_t i, int64_t lk) {
   int64_t lo = 0, hi = lk;
@@ -78,7 +77,9 @@ static int64_t kv_len(const TileList *tl, const int64_t *kv_offsets, int64_t b) 
 // kernels' sm90_item and sm90_bwd_item; attn_key_range and attn_query_range in
 // kernels/attention.cuh). Rows are queries over lk keys, or keys over lk queries (key_side).
 static int64_t streamed_tiles(const TileList *tl, int64_t i0, int64_t i1, int64_t lk) {
-  const int64_t w = tl->window, step = tl->tile_kv > 0 ? tl->tile_kv : 64;
+  const int64_t step = tl->tile_kv > 0 ? tl->tile_kv : 64;
+  // A window past both sides' rows limits nothing; clamped, its sums cannot overflow.
+  const int64_t w = tl->window < i1 + lk + 1 ? tl->window : i1 + lk + 1;
   int64_t lo = 0, hi = lk;
   if (!tl->key_side) {  // query i sees keys j <= i (causal) and i - w < j (< i + w without causal)
     if (tl->causal && i1 < hi) hi = i1;
@@ -294,7 +295,7 @@ bool gpu_tiles_spread(const TileList *tl, const int64_t *q_offsets, const int64_
     int64_t b = tiles[GPU_TILE_INTS * i];
     if (b < 0) continue;  // a hole
     load[i % G] += gpu_tiles_tile_work(tl, tiles[GPU_TILE_INTS * i + 1], q_len(tl, q_offsets, b),
-                             kv_len(tl, kv_offsets, b));
+                                       kv_len(tl, kv_offsets, b));
   }
   *max_load = *min_load = load[0];
   for (int64_t c = 1; c < G; c++) {

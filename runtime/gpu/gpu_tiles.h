@@ -56,8 +56,9 @@ int64_t gpu_tiles_tile_work(const TileList *tl, int64_t i0, int64_t lq, int64_t 
 
 // The largest and the smallest work one CTA does when CTA c of a persistent grid takes entries
 // c, c + G, c + 2G, ... of `tiles` (n entries, as gpu_tiles_build or gpu_tiles_build_plain
-// wrote them for tl and the same offsets). A tile weighs gpu_tiles_tile_work; a hole weighs 0. G is min(ctas, n), the grid GRID_PERSISTENT
-// launches; with no entries both loads are 0. False when out of memory.
+// wrote them for tl and the same offsets). A tile weighs gpu_tiles_tile_work; a hole weighs 0.
+// G is min(ctas, n), the grid GRID_PERSISTENT launches; with no entries both loads are 0. False
+// when out of memory.
 bool gpu_tiles_spread(const TileList *tl, const int64_t *q_offsets, const int64_t *kv_offsets,
                       const int32_t *tiles, int64_t n, int ctas, int64_t *max_load,
                       int64_t *min_load);

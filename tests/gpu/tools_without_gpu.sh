@@ -3,7 +3,8 @@
 # without a GPU, so that a broken script fails CI instead of a device call: every script parses
 # (bash -n); gdpa_draw.sh draws each public cell by its definition; gdpa_ab.sh, run over a
 # stand-in gemc that prints bench rows, tabulates every run of both builds per cell, exits 1 when
-# a build fails and 2 on a bad option; gdpa_vs_triton.sh keeps Triton's cache between runs.
+# a build fails and 2 on a bad option; gdpa_vs_triton.sh keeps Triton's cache between runs;
+# run.sh's parts split make test-gpu without losing or repeating a step.
 # Exit status: the number of failed checks.
 cd "$(dirname "$0")/../.." || exit 2
 failed=0
@@ -98,6 +99,21 @@ if [ "$entries" = 2 ] && grep -q '1 files from' "$dir/vs2.log" &&
 else
   bad "gdpa_vs_triton.sh --triton-cache: $entries entries packed"; cat "$dir/vs1.log" "$dir/vs2.log"
 fi
+
+# run.sh --part K/N: the parts of a split run are disjoint and together run every listed step
+# (over an empty build: each step fails at once, which is all this needs).
+steps=$(sh tests/gpu/run.sh "$dir/nobuild" --list | wc -l)
+for k in 1 2 3; do
+  sh tests/gpu/run.sh "$dir/nobuild" --part $k/3 2>/dev/null | sed -n 's/^== \[\([0-9]*\)\].*/\1/p'
+done | sort -n >"$dir/ran"
+if [ "$steps" -ge 20 ] && [ "$(sort -nu "$dir/ran" | wc -l)" = "$steps" ] &&
+   [ "$(wc -l <"$dir/ran")" = "$steps" ]; then
+  ok "run.sh --part: 3 parts run each of its $steps steps once"
+else
+  bad "run.sh --part: $steps steps listed, $(wc -l <"$dir/ran") run over 3 parts"
+fi
+if sh tests/gpu/run.sh "$dir/nobuild" --part 4/3 >/dev/null 2>&1; then bad "run.sh took --part 4/3"
+else ok "run.sh refuses --part 4/3"; fi
 
 [ $failed = 0 ] && echo "gpu tools: all passed" || echo "gpu tools: $failed failed"
 exit $failed

@@ -334,7 +334,7 @@ static void test_gpu_tiles_persistent_work_is_the_kernels_tiles(void **state) {
     const int tile_q = (x >> 32) & 1 ? 128 : 64, tile_kv = 16 << ((x >> 33) % 4);
     const int64_t lq = 1 + (int64_t)((x >> 36) % 500);
     const int64_t lk = causal ? lq : (int64_t)((x >> 46) % 500);
-    const int64_t i0 = (int64_t)((x >> 56) % (uint64_t)lq) / tile_q * tile_q;
+    const int64_t i0 = (int64_t)((x >> 40) % (uint64_t)lq) / tile_q * tile_q;
     const int64_t i1 = i0 + tile_q < lq ? i0 + tile_q : lq;
     TileList tl = {.q_jag = 0, .kv_jag = 0, .tile_q = tile_q, .tile_kv = tile_kv, .heads = 1,
                    .causal = causal, .window = w, .persistent = true, .key_side = key_side};
