@@ -361,9 +361,19 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
             const int qi = KV ? str : res, kj = KV ? res : str;
             const bool valid =
                 !edge || (qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj));
-            const float xs = x[i + u] * r.scale;
-            p[u] = valid ? attn_act_tc<ACT>(xs) * r.inv_norm : 0.0f;
-            x[i + u] = valid ? attn_act_grad_tc<ACT>(xs) * r.inv_norm : 0.0f;
+            float pv, gv;
+            if (ACT == ATTN_ACT_GELU) {
+              const AttnGeluK gk = attn_gelu_k(r.scale, r.inv_norm);
+              float th;
+              pv = attn_gelu_p_tc(gk, x[i + u], &th);
+              gv = attn_gelu_grad_tc(gk, x[i + u], th);
+            } else {
+              const float xs = x[i + u] * r.scale;
+              pv = attn_act_tc<ACT>(xs) * r.inv_norm;
+              gv = attn_act_grad_tc<ACT>(xs) * r.inv_norm;
+            }
+            p[u] = valid ? pv : 0.0f;
+            x[i + u] = valid ? gv : 0.0f;
           }
           if (KV) pf[i / 8][(i % 8) / 2] = sm90_pack<F16>(p[0], p[1]);
         }
