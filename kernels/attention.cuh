@@ -173,6 +173,38 @@ template <int ACT> __device__ __forceinline__ float attn_act_grad_tc(float x) {
   return attn_act_grad<ACT>(x);
 }
 
+// GELU's tanh form at a raw score s (x = s·scale), times inv_norm, with the constants folded so
+// that one tanh and five operations give P: t = tanh(s·(k0 + k1·s²)) with k0 = √(2/π)·scale and
+// k1 = √(2/π)·0.044715·scale³, then P = h + h·t with h = s·(0.5·scale·inv_norm). The same t gives
+// act′(x)·inv_norm = 0.5·inv_norm·(1 + t) + h·(1 − t²)·(√(2/π) + 3·√(2/π)·0.044715·x²).
+// (The plain form took about ten operations for P and as many again for act′.)
+struct AttnGeluK {
+  float k0, k1, h, half_norm, ga, gb;
+};
+__device__ __forceinline__ AttnGeluK attn_gelu_k(float scale, float inv_norm) {
+  const float c0 = 0.7978845608f, c1 = 0.7978845608f * 0.044715f;
+  AttnGeluK k;
+  k.k0 = c0 * scale;
+  k.k1 = c1 * scale * scale * scale;
+  k.h = 0.5f * scale * inv_norm;
+  k.half_norm = 0.5f * inv_norm;
+  k.ga = c0;
+  k.gb = 3.0f * c1 * scale * scale;
+  return k;
+}
+__device__ __forceinline__ float attn_gelu_p_tc(const AttnGeluK &k, float s, float *tanh_out) {
+  const float s2 = s * s;
+  const float t = attn_tanh_approx(s * fmaf(k.k1, s2, k.k0));
+  const float h = s * k.h;
+  if (tanh_out) *tanh_out = t;
+  return fmaf(h, t, h);
+}
+__device__ __forceinline__ float attn_gelu_grad_tc(const AttnGeluK &k, float s, float t) {
+  const float h = s * k.h;
+  const float a = fmaf(k.gb, s * s, k.ga), b = fmaf(-t, t, 1.0f);
+  return fmaf(h * b, a, fmaf(k.half_norm, t, k.half_norm));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Jagged rows. An attention node's operands, per example b: query rows [q_start, +q_len) of q
 // (PMA: the shared seeds), output rows from o_start, key rows [kv_start, +kv_len) of k and v.
@@ -214,6 +246,12 @@ __device__ __forceinline__ AttnExample attn_example(const AttnRows &r, int b) {
     e.kv_len = r.kv_fixed;
   }
   return e;
+}
+
+// act(s·scale)·inv_norm, the P of a pointwise activation at raw score s.
+template <int ACT> __device__ __forceinline__ float attn_act_p_tc(const AttnRows &r, float s) {
+  if (ACT == ATTN_ACT_GELU) return attn_gelu_p_tc(attn_gelu_k(r.scale, r.inv_norm), s, nullptr);
+  return attn_act_tc<ACT>(s * r.scale) * r.inv_norm;
 }
 
 // Whether query row i sees key j (both within the example), key bounds excluded.

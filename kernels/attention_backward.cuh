@@ -30,6 +30,11 @@ __device__ __forceinline__ void attn_grad_element(const AttnRows &r, float s, fl
     float pr = exp2f(s * r.scale * ATTN_LOG2E - stat.x);
     *p = pr;
     *ds = pr * (dp - stat.y);
+  } else if (ACT == ATTN_ACT_GELU) {
+    const AttnGeluK k = attn_gelu_k(r.scale, r.inv_norm);
+    float t;
+    *p = attn_gelu_p_tc(k, s, &t);
+    *ds = dp * attn_gelu_grad_tc(k, s, t);
   } else {
     float x = s * r.scale;
     *p = attn_act_tc<ACT>(x) * r.inv_norm;

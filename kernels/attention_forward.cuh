@@ -149,7 +149,7 @@ __device__ __forceinline__ void attn_forward(OT *__restrict__ out, const QT *__r
         for (int n = 0; n < SCORE_BLOCKS; n++)
 #pragma unroll
           for (int c = 0; c < 4; c++) {
-            float p = attn_act_tc<ACT>(s[m][n][c] * r.scale) * r.inv_norm;
+            float p = attn_act_p_tc<ACT>(r, s[m][n][c]);
             if (edge) {
               int j = j0 + n * 8 + 2 * t + (c & 1);
               if (j >= e.kv_len || !attn_visible(r, row[m][c >> 1], j)) p = 0.0f;

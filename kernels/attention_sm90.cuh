@@ -408,7 +408,7 @@ __device__ __forceinline__ void sm90_activate(float *sc, float *correction, floa
   } else {
 #pragma unroll
     for (int i = 0; i < S_REGS; i++) {
-      float p = attn_act_tc<ACT>(sc[i] * r.scale) * r.inv_norm;
+      float p = attn_act_p_tc<ACT>(r, sc[i]);
       if (edge) {
         const int key = j0 + 8 * (i >> 2) + 2 * t + (i & 1);
         if (key >= e.kv_len || !attn_visible(r, row0 + 8 * ((i >> 1) & 1), key)) p = 0.0f;

@@ -309,9 +309,16 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
                              sm90_desc(str2 + (kk / 4) * STR_HALF + step, 16, 1024), kk > 0);
       }
       sm90_wgmma_commit();
-      sm90_wgmma_wait<0>();
+      // A pointwise activation needs only S for P and act′(S): those run while dP's product is
+      // still on the tensor cores (S's group is waited for alone), then dS = dP ⊙ act′(S).
+      // Softmax needs dP with P (dS = P ⊙ (dP − D)) and waits for both.
+      if (SOFTMAX) {
+        sm90_wgmma_wait<0>();
+        sm90_pin<S_REGS>(y);
+      } else {
+        sm90_wgmma_wait<1>();
+      }
       sm90_pin<S_REGS>(x);
-      sm90_pin<S_REGS>(y);
 
       // P (or Pᵀ) into x, dS (or dSᵀ) into y. Accumulator value i: resident row
       // row0 + 8 ((i >> 1) & 1), streamed row s0 + 8 (i >> 2) + 2t + (i & 1). Only tiles at a
@@ -319,31 +326,68 @@ __device__ __forceinline__ void attn_backward_sm90(GT *__restrict__ g1, GT *__re
       const int q_end = KV ? s0 + SM90_BWD_STREAM : it.r0 + SM90_BWD_RESIDENT;
       const int k_end = KV ? it.r0 + SM90_BWD_RESIDENT : s0 + SM90_BWD_STREAM;
       const bool edge = q_end > it.e.q_len || k_end > it.e.kv_len || r.causal || r.window > 0;
+      unsigned pf[4][4], dsf[4][4];  // A fragments of 16 streamed rows each
+      if (SOFTMAX) {
 #pragma unroll
-      for (int i = 0; i < S_REGS; i++) {
-        const int res = row0 + 8 * ((i >> 1) & 1), str = s0 + 8 * (i >> 2) + 2 * t + (i & 1);
-        const int qi = KV ? str : res, kj = KV ? res : str;
-        const bool valid =
-            !edge || (qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj));
-        float2 stat = stat_row[(i >> 1) & 1];
-        if (KV && SOFTMAX && valid) {
-          stat = *(const float2 *)(stats + ((it.e.o_start + qi) * heads + it.h) * 2);
-          if (LN_STATS) stat.x *= ATTN_LOG2E;
+        for (int i = 0; i < S_REGS; i++) {
+          const int res = row0 + 8 * ((i >> 1) & 1), str = s0 + 8 * (i >> 2) + 2 * t + (i & 1);
+          const int qi = KV ? str : res, kj = KV ? res : str;
+          const bool valid =
+              !edge || (qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj));
+          float2 stat = stat_row[(i >> 1) & 1];
+          if (KV && valid) {
+            stat = *(const float2 *)(stats + ((it.e.o_start + qi) * heads + it.h) * 2);
+            if (LN_STATS) stat.x *= ATTN_LOG2E;
+          }
+          float p, ds;
+          attn_grad_element<ACT>(r, x[i], y[i], valid, stat, &p, &ds);
+          x[i] = p;
+          y[i] = ds;
         }
-        float p, ds;
-        attn_grad_element<ACT>(r, x[i], y[i], valid, stat, &p, &ds);
-        x[i] = p;
-        y[i] = ds;
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+#pragma unroll
+          for (int q = 0; q < 4; q++)
+            if (KV) pf[kk][q] = sm90_pack<F16>(x[8 * kk + 2 * q], x[8 * kk + 2 * q + 1]);
+      } else {
+        // P straight into its fragments, act′(S) into x, under dP's product
+#pragma unroll
+        for (int i = 0; i < S_REGS; i += 2) {
+          float p[2];
+#pragma unroll
+          for (int u = 0; u < 2; u++) {
+            const int res = row0 + 8 * (((i + u) >> 1) & 1);
+            const int str = s0 + 8 * ((i + u) >> 2) + 2 * t + ((i + u) & 1);
+            const int qi = KV ? str : res, kj = KV ? res : str;
+            const bool valid =
+                !edge || (qi < it.e.q_len && kj < it.e.kv_len && attn_visible(r, qi, kj));
+            float pv, gv;
+            if (ACT == ATTN_ACT_GELU) {
+              const AttnGeluK gk = attn_gelu_k(r.scale, r.inv_norm);
+              float th;
+              pv = attn_gelu_p_tc(gk, x[i + u], &th);
+              gv = attn_gelu_grad_tc(gk, x[i + u], th);
+            } else {
+              const float xs = x[i + u] * r.scale;
+              pv = attn_act_tc<ACT>(xs) * r.inv_norm;
+              gv = attn_act_grad_tc<ACT>(xs) * r.inv_norm;
+            }
+            p[u] = valid ? pv : 0.0f;
+            x[i + u] = valid ? gv : 0.0f;
+          }
+          if (KV) pf[i / 8][(i % 8) / 2] = sm90_pack<F16>(p[0], p[1]);
+        }
+        sm90_wgmma_wait<0>();
+        sm90_pin<S_REGS>(y);
+#pragma unroll
+        for (int i = 0; i < S_REGS; i++) y[i] *= x[i];
       }
       if (F16) sm90_ds_scale_rows<O_REGS>(y, acc1, ds_exp);
-      unsigned pf[4][4], dsf[4][4];  // A fragments of 16 streamed rows each
 #pragma unroll
       for (int kk = 0; kk < 4; kk++)
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-          if (KV) pf[kk][q] = sm90_pack<F16>(x[8 * kk + 2 * q], x[8 * kk + 2 * q + 1]);
+        for (int q = 0; q < 4; q++)
           dsf[kk][q] = sm90_pack<F16>(y[8 * kk + 2 * q], y[8 * kk + 2 * q + 1]);
-        }
 
       // DQ: this warpgroup's dSᵀ rows (keys 64 cw + 16 warp + g, + 8) into dS tile c & 1, in
       // the 128-byte swizzle (16-byte chunk k of row R at chunk k ^ (R & 7), and R & 7 = g).
