@@ -156,9 +156,9 @@ bool train_world_summary(TrainWorld *w, Trainer *t, DistSummary *s, bool print) 
   printf("  step %.3f ms: compute %.3f ms, exposed communication %.3f ms; straggler spread "
          "%.3f (max/min rank compute)\n", 1e3 * s->step_s, 1e3 * s->compute_s,
          1e3 * s->exposed_comm_s, s->straggler_spread);
-  printf("  Local MFU %.4f%%  Scaling Ratio %.3f  E2E MFU %.4f%%; dense all-reduce >= %.3f "
+  printf("  Local MFU %.4f%%  Scaling Ratio %.3f  E2E MFU %.4f%%; dense %s >= %.3f "
          "GB/s bus bandwidth", 100 * s->local_mfu, s->scaling_ratio, 100 * s->e2e_mfu,
-         s->allreduce_gbps);
+         s->dense_collective, s->allreduce_gbps);
   if (s->alltoall_gbps > 0) printf("; tables' all-to-all %.3f GB/s", s->alltoall_gbps);
   printf("\n  peak memory of a rank: %.1f MiB\n", s->max_rss_mib);
   fflush(stdout);

@@ -287,6 +287,7 @@ static void write_report(JsonWriter *w, const Trainer *t, const LoopResult *r,
     key_number(w, "scaling_ratio", d->scaling_ratio);
     key_number(w, "straggler_spread", d->straggler_spread);
     key_number(w, "allreduce_bus_gbps", d->allreduce_gbps);
+    key_string(w, "dense_collective", d->dense_collective ? d->dense_collective : "all-reduce");
     key_number(w, "alltoall_gbps", d->alltoall_gbps);
     key_string(w, "tables", d->placement);
     key_number(w, "max_rss_mib", d->max_rss_mib);

@@ -1466,8 +1466,12 @@ bool trainer_dist_summary(Trainer *t, DistSummary *out, char *err, size_t err_si
   out->scaling_ratio = out->local_mfu > 0 ? out->e2e_mfu / out->local_mfu : 0;
   out->straggler_spread = lo > 0 ? hi / lo : 0;
   double bytes = 4.0 * (double)dense_sync_elements(t->dense) * (double)t->dist_steps;
-  out->allreduce_gbps = t->grad_bytes_s > 0
-                            ? bytes * 2.0 * (world - 1) / world / t->grad_bytes_s / 1e9 : 0;
+  DenseMode mode = dense_sync_mode(t->dense);
+  bool scatter = mode == DENSE_ZERO2 || mode == DENSE_ZERO3;  // each rank receives its part
+  out->dense_collective = scatter ? "reduce-scatter" : "all-reduce";
+  out->allreduce_gbps = t->grad_bytes_s > 0 ? bytes * (scatter ? 1.0 : 2.0) * (world - 1) /
+                                                  world / t->grad_bytes_s / 1e9
+                                            : 0;
   out->alltoall_gbps = table_sync_alltoall_gbps(t->tables);
   table_sync_describe(t->tables, out->placement, sizeof out->placement);
   return true;

@@ -193,8 +193,10 @@ typedef struct DistSummary {
   double local_mfu, e2e_mfu, scaling_ratio;
   double straggler_spread;  // max over min of the ranks' compute time
   double allreduce_gbps;    // the dense gradients' bus bandwidth, GB/s: 2 (n-1)/n of their
-                            // bytes over the span from the first bucket's start to the last
-                            // one's end (so at least this)
+                            // bytes (all-reduce), (n-1)/n under ZeRO-2/3 (reduce-scatter),
+                            // over the span from the first bucket's start to the last one's
+                            // end (so at least this)
+  const char *dense_collective;  // "all-reduce" or "reduce-scatter"
   double alltoall_gbps;     // the sharded tables' all-to-alls: bytes sent to other ranks over
                             // their time, GB/s (0: no sharded table)
   char placement[1024];     // the tables' placement, one line each

@@ -114,6 +114,14 @@ if [ -s zero3.json ] && losses zero3.json >z3.l && losses zero2.json >z2.l && cm
 then pass "ZeRO-3 = ZeRO-2 bit for bit (4 ranks, $(wc -l <z3.l) steps)"
 else fail "ZeRO-3's losses are not ZeRO-2's bits"; fi
 same_eval "ZeRO-3 evaluates as 1 rank (4 ranks)" zero3.json one.json
+# The bus bandwidth is counted for the collective that ran: (n-1)/n of the bytes for ZeRO-2/3's
+# reduce-scatter, 2 (n-1)/n for an all-reduce.
+if grep -q '"dense_collective": "reduce-scatter"' zero3.json &&
+   grep -q '"dense_collective": "reduce-scatter"' zero2.json &&
+   grep -q '"dense_collective": "all-reduce"' dp4.json &&
+   grep -q '"dense_collective": "all-reduce"' zero1.json
+then pass "the report names the dense collective: reduce-scatter under ZeRO-2/3, else all-reduce"
+else fail "dense_collective: $(grep -ho '"dense_collective": "[^"]*"' zero3.json zero2.json dp4.json zero1.json | tr '\n' ' ')"; fi
 
 train row2 2 --shard row
 train table2 2 --shard table
