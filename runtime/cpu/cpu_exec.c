@@ -150,8 +150,8 @@ static bool is_gathered(const Ir *ir, const bool *gathered, int t) {
 // released by its owner (cpu_exec_release_grad).
 static bool is_gathered_grad(const Ir *ir, const bool *gathered, int t) {
   if (!gathered) return false;
-  for (int p = 0; p < ir->ntensors; p++)
-    if (is_gathered(ir, gathered, p) && ir_grad_of(ir, p) == t) return true;
+  for (int i = 0; i < ir->ngrads; i++)
+    if (ir->grads[i].grad == t && is_gathered(ir, gathered, ir->grads[i].param)) return true;
   return false;
 }
 

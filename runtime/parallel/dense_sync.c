@@ -80,6 +80,10 @@ static int by_final_node(const void *a, const void *b) {
   return x->index < y->index ? -1 : x->index > y->index;
 }
 
+static int64_t param_numel(const Tensor *t) {
+  return t->fixed[0] * (t->nfixed > 1 ? t->fixed[1] : 1);
+}
+
 // final[i] (NULL: the IR node producing the gradient) orders the parameters into buckets;
 // grads[i] (NULL: host gradients) are the device buffers of GPU ranks.
 static DenseSync *build(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_bytes,
@@ -96,7 +100,7 @@ static DenseSync *build(Comm *c, const Ir *ir, DenseMode mode, int64_t bucket_by
     const Tensor *t = &ir->tensors[params[i]];
     int g = ir_grad_of(ir, params[i]);
     d->p[i] = (DParam){.tensor = params[i], .index = i,
-                       .numel = t->fixed[0] * (t->nfixed > 1 ? t->fixed[1] : 1),
+                       .numel = param_numel(t),
                        .final_node = final ? final[i]
                                      : g >= 0 ? ir->tensors[g].producer : ir->nnodes - 1};
     if (grads) dev[i] = grads[i];
@@ -155,8 +159,7 @@ int64_t dense_sync_bytes_needed(const Ir *ir, DenseMode mode, int64_t bucket_byt
                                 const int *params, int n, int world) {
   int64_t total = 0, biggest = 0;
   for (int i = 0; i < n; i++) {
-    const Tensor *t = &ir->tensors[params[i]];
-    int64_t numel = t->fixed[0] * (t->nfixed > 1 ? t->fixed[1] : 1);
+    int64_t numel = param_numel(&ir->tensors[params[i]]);
     total += numel;
     if (numel > biggest) biggest = numel;
   }
@@ -238,7 +241,8 @@ static void start_bucket(DenseSync *d, Bucket *k, int index) {
     return;
   }
   float s = (float)d->share;
-  if (!k->buf) k->buf = xcalloc((size_t)k->size + 1, sizeof *k->buf);  // ZeRO-3: for now
+  // (ZeRO-3 allocates it per step: it lives while the bucket's reduction is in flight)
+  if (!k->buf) k->buf = xcalloc((size_t)k->size + 1, sizeof *k->buf);
   for (int i = k->first; i < k->first + k->count; i++) {
     const float *g = cpu_exec_grad(d->x, d->p[i].tensor, NULL, NULL);
     float *dst = k->buf + d->p[i].offset;
@@ -324,15 +328,20 @@ bool dense_sync_finish(DenseSync *d, char *err, size_t err_size) {
 }
 
 // This rank's part of parameter i of bucket k, in the parameter's elements: [*from, *from + n).
-static int64_t own_range(const Bucket *k, const DParam *p, int64_t *from) {
-  int64_t lo = p->offset > k->own_lo ? p->offset : k->own_lo;
-  int64_t hi = p->offset + p->numel < k->own_hi ? p->offset + p->numel : k->own_hi;
+// The elements of parameter p that bucket elements [lo, hi) hold: [*from, *from + return).
+static int64_t overlap(const DParam *p, int64_t lo, int64_t hi, int64_t *from) {
+  if (p->offset > lo) lo = p->offset;
+  if (p->offset + p->numel < hi) hi = p->offset + p->numel;
   if (hi <= lo) {
     *from = 0;
     return 0;
   }
   *from = lo - p->offset;
   return hi - lo;
+}
+
+static int64_t own_range(const Bucket *k, const DParam *p, int64_t *from) {
+  return overlap(p, k->own_lo, k->own_hi, from);
 }
 
 // Every bucket: this rank's part of each parameter to every rank, then unpacked.
@@ -360,13 +369,13 @@ static bool gather_params(DenseSync *d, char *err, size_t err_size) {
   return true;
 }
 
+static const DParam *param_at(const DenseSync *d, int i, const Bucket **k);
+
 int64_t dense_sync_owned(const DenseSync *d, int i, int64_t *from) {
   *from = 0;
-  if (d->mode == DENSE_DATA_PARALLEL) return 0;
-  for (int j = 0; j < d->nb; j++)
-    for (int k = d->b[j].first; k < d->b[j].first + d->b[j].count; k++)
-      if (d->p[k].index == i) return own_range(&d->b[j], &d->p[k], from);
-  return 0;
+  const Bucket *k;
+  const DParam *p = d->mode == DENSE_DATA_PARALLEL ? NULL : param_at(d, i, &k);
+  return p ? own_range(k, p, from) : 0;
 }
 
 bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_t err_size) {
@@ -386,7 +395,7 @@ bool dense_sync_update(DenseSync *d, OptimState *const *states, char *err, size_
   return d->mode == DENSE_ZERO3 || gather_params(d, err, err_size);
 }
 
-// ZeRO-3: parameter i (in the order of `params`) and its bucket.
+// Parameter i (in the order of `params`) and its bucket.
 static const DParam *param_at(const DenseSync *d, int i, const Bucket **k) {
   for (int j = 0; j < d->nb; j++)
     for (int q = d->b[j].first; q < d->b[j].first + d->b[j].count; q++)
@@ -412,15 +421,12 @@ bool dense_sync_gather(DenseSync *d, int i, float *whole, char *err, size_t err_
   GEMC_ASSERT(p && d->mode == DENSE_ZERO3);
   int world = comm_world(d->c);
   int64_t *counts = xcalloc((size_t)world, sizeof *counts);
-  int64_t lo = 0;  // the ranks' parts tile the bucket in rank order
+  int64_t lo = 0, from;  // the ranks' parts tile the bucket in rank order
   for (int r = 0; r < world; r++) {
-    int64_t hi = lo + k->parts[r];
-    int64_t a = p->offset > lo ? p->offset : lo;
-    int64_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
-    counts[r] = b > a ? b - a : 0;
-    lo = hi;
+    counts[r] = overlap(p, lo, lo + k->parts[r], &from);
+    lo += k->parts[r];
   }
-  int64_t from, n = own_range(k, p, &from);
+  int64_t n = own_range(k, p, &from);
   char what[320];
   snprintf(what, sizeof what, "parameter '%s' gathered (ZeRO-3)", d->ir->tensors[p->tensor].name);
   CommCall call = {.kind = COMM_ALLGATHER, .dtype = COMM_F32,
