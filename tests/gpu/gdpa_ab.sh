@@ -1,5 +1,6 @@
 #!/bin/sh
-# gdpa_ab.sh OLD NEW [--rounds R] [--reps N] [--cells C1,C2,...] [--out DIR]: two gemc builds
+# gdpa_ab.sh OLD NEW [--rounds R] [--reps N] [--cells C1,C2,...] [--out DIR] [--atomic-dq]: two
+# gemc builds
 # timed on the same GDPA batches in one call on the GPU machine, alternating OLD, NEW, NEW, OLD,
 # ... for R rounds, so that a change is judged against its baseline on the same machine and
 # clocks (docs/perf.md: a comparison counts only within one call). Each build runs
@@ -10,15 +11,17 @@
 #   --reps     timed runs per cell and run (default 5)
 #   --cells    default self-s1.0-N2048,selfeq-s0.5-N512,self-s0.5-N1024,cross-kv256-N1024
 #   --out      lengths files and logs (default $OUT, else /tmp/gdpa_ab)
+#   --atomic-dq  both sides bench with `@schedule(deterministic = false)` (bench gdpa --atomic-dq)
 # Exits 1 when a run failed (no GPU, say), else 0.
 set -u
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 2 ] || usage
 OLD=$1 NEW=$2
 shift 2
-ROUNDS=2 REPS=5 OUTDIR=${OUT:-/tmp/gdpa_ab}
+ROUNDS=2 REPS=5 OUTDIR=${OUT:-/tmp/gdpa_ab} BENCH_OPTS=""
 CELLS=self-s1.0-N2048,selfeq-s0.5-N512,self-s0.5-N1024,cross-kv256-N1024
 while [ $# -gt 0 ]; do
+  if [ "$1" = --atomic-dq ]; then BENCH_OPTS=--atomic-dq; shift; continue; fi
   [ $# -ge 2 ] || { echo "gdpa_ab: $1 needs a value" >&2; usage; }
   case $1 in
   --rounds) ROUNDS=$2 ;;
@@ -44,7 +47,7 @@ while [ $r -lt "$ROUNDS" ]; do
   for side in $order; do
     g=$OLD; [ $side = new ] && g=$NEW
     # shellcheck disable=SC2086
-    if ! "$g" bench gdpa --reps "$REPS" $ARGS >"$OUTDIR/ab-$side-$r.log" 2>&1; then
+    if ! "$g" bench gdpa $BENCH_OPTS --reps "$REPS" $ARGS >"$OUTDIR/ab-$side-$r.log" 2>&1; then
       echo "gdpa_ab: $side ($g) failed:"; tail -3 "$OUTDIR/ab-$side-$r.log"; failed=1; continue
     fi
     # rows: | FILE | B | ... | fwd / bwd | ...: the file's cell and the TFLOP/s column

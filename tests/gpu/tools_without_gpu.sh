@@ -57,6 +57,20 @@ fi
 sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_fail" --rounds 1 --out "$dir/ab2" >"$dir/ab2.log" 2>&1
 if [ $? = 1 ] && grep -q 'new .* failed' "$dir/ab2.log"; then ok "gdpa_ab.sh: a failing build exits 1, named"
 else bad "gdpa_ab.sh: a failing build"; cat "$dir/ab2.log"; fi
+# --atomic-dq reaches both sides' bench: this stand-in prints its rows only when it sees it.
+cat >"$dir/gemc_atomic" <<'STUB'
+#!/bin/sh
+case " $* " in *" --atomic-dq "*) ;; *) echo "no --atomic-dq" >&2; exit 1 ;; esac
+while [ $# -gt 0 ]; do
+  [ "$1" = --lengths ] && echo "| $2 | 1152 | 100 | 1024 | 1024 | self | 400 / 150 | 1 / 2 | 1.0 -> 1.0 (lpt) |"
+  shift
+done
+STUB
+chmod +x "$dir/gemc_atomic"
+if sh tests/gpu/gdpa_ab.sh "$dir/gemc_atomic" "$dir/gemc_atomic" --rounds 1 --atomic-dq --out "$dir/ab3" \
+     >"$dir/ab3.log" 2>&1 && [ "$(grep -c '400/150' "$dir/ab3.log")" = 8 ]; then
+  ok "gdpa_ab.sh --atomic-dq: both sides bench with it"
+else bad "gdpa_ab.sh --atomic-dq"; cat "$dir/ab3.log"; fi
 sh tests/gpu/gdpa_ab.sh "$dir/gemc_ok" "$dir/gemc_ok" --rounds x >/dev/null 2>&1
 if [ $? = 2 ]; then ok "gdpa_ab.sh: a bad option exits 2"; else bad "gdpa_ab.sh: --rounds x"; fi
 
