@@ -16,6 +16,7 @@ trap 'rm -rf "$dir"' EXIT INT TERM
 # those mixed values). ARCH sm_100a runs bf16 attention on the mma.sync kernels (the emulator's
 # ldmatrix and mma), sm_90a on the TMA + wgmma ones (its mbarrier, TMA and wgmma).
 cases='isolate:tests/codegen/attention_sm90.gem 1 sm_90a
+isolate:tests/gpu/models/attention_atomic_dq.gem 1 sm_90a
 tests/codegen/pma_one_pass.gem 1e-2 sm_100a
 tests/gpu/models/attention_quantized_tc.gem 1e-3
 tests/golden/codegen_attention_tiny_kv.gem 1e-3
