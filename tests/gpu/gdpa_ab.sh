@@ -1,9 +1,8 @@
 #!/bin/sh
-# gdpa_ab.sh OLD NEW [--rounds R] [--reps N] [--cells C1,C2,...] [--out DIR] [--atomic-dq]: two
-# gemc builds
-# timed on the same GDPA batches in one call on the GPU machine, alternating OLD, NEW, NEW, OLD,
-# ... for R rounds, so that a change is judged against its baseline on the same machine and
-# clocks (docs/perf.md: a comparison counts only within one call). Each build runs
+# gdpa_ab.sh OLD NEW [--rounds R] [--reps N] [--cells C1,C2,...] [--out DIR] [--atomic-dq]:
+# two gemc builds timed on the same GDPA batches in one call on the GPU machine, alternating
+# OLD, NEW, NEW, OLD, ... for R rounds, so that a change is judged against its baseline on the
+# same machine and clocks (docs/perf.md: a comparison counts only within one call). Each build runs
 # `gemc bench gdpa --lengths` over the cells' lengths files (gdpa_draw.sh), and the table gives
 # every run's fwd / bwd TFLOP/s per cell.
 #   OLD, NEW   gemc binaries (build one from a worktree of the baseline commit)
@@ -14,7 +13,7 @@
 #   --atomic-dq  both sides bench with `@schedule(deterministic = false)` (bench gdpa --atomic-dq)
 # Exits 1 when a run failed (no GPU, say), else 0.
 set -u
-usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^# Exits/p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [ $# -ge 2 ] || usage
 OLD=$1 NEW=$2
 shift 2
